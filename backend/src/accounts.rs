@@ -1,0 +1,89 @@
+//! Accounts: who the caller is (a bearer token, stored only as its hash), their balance, and
+//! demo shoppers.
+
+use axum::Json;
+use axum::extract::{FromRequestParts, State};
+use axum::http::{header, request::Parts};
+use checkout_shared::{Account, DemoSession};
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::clock;
+use crate::error::ApiError;
+use crate::store::{EntryKind, LedgerEntry};
+
+/// A demo shopper's opening balance: 1 000,00 ₽.
+pub const DEMO_OPENING_BALANCE: i64 = 100_000;
+pub const DEFAULT_CURRENCY: &str = "RUB";
+
+/// The authenticated account a request acts for.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    pub account_id: String,
+    pub currency: String,
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .filter(|token| !token.is_empty())
+            .ok_or(ApiError::Unauthorized)?;
+        let (account_id, currency) = app
+            .store
+            .account_by_token_hash(&token_hash(token))
+            .await?
+            .ok_or(ApiError::Unauthorized)?;
+        Ok(Principal { account_id, currency })
+    }
+}
+
+/// Tokens are random (244 bits), so one unsalted SHA-256 is enough to make a stolen copy of
+/// the database useless for logging in.
+pub fn token_hash(token: &str) -> String {
+    format!("{:x}", Sha256::digest(token.as_bytes()))
+}
+
+/// `GET /api/account`
+pub async fn get(State(app): State<AppState>, principal: Principal) -> Result<Json<Account>, ApiError> {
+    let row = app
+        .store
+        .account(&principal.account_id)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    Ok(Json(Account { account_id: row.account_id, balance: row.balance, currency: row.currency }))
+}
+
+/// `POST /api/demo/session`: a fresh account with its opening credit, in one transaction so
+/// that balance == sum(ledger) holds from its first moment.
+pub async fn create_demo_session(State(app): State<AppState>) -> Result<Json<DemoSession>, ApiError> {
+    if !app.demo {
+        return Err(ApiError::NotFound("demo mode is off (set CHECKOUT_DEMO=1)".into()));
+    }
+    let account_id = format!("acc_{}", uuid::Uuid::new_v4().simple());
+    let token = format!("tok_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let now_ms = clock::now_ms();
+    let mut tx = app.store.begin().await?;
+    tx.insert_account(&account_id, &token_hash(&token), DEFAULT_CURRENCY, DEMO_OPENING_BALANCE, now_ms)
+        .await?;
+    tx.insert_ledger(&LedgerEntry {
+        account_id: &account_id,
+        amount: DEMO_OPENING_BALANCE,
+        kind: EntryKind::Opening,
+        claim: None,
+        payment_id: None,
+        refund_id: None,
+        created_at: now_ms,
+    })
+    .await?;
+    tx.commit().await?;
+    Ok(Json(DemoSession { token, account_id }))
+}

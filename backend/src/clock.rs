@@ -1,0 +1,18 @@
+//! Time as the database stores it (Unix milliseconds) and as the API shows it (RFC 3339).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+
+pub fn now_ms() -> i64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `1764683352345` → `2025-12-02T13:49:12.345Z`; the same instant always gives the same text.
+pub fn rfc3339(ms: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}

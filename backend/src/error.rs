@@ -1,0 +1,81 @@
+//! The one error type of the API. Every error leaves as an RFC 9457 problem+json body.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use checkout_shared::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};
+
+use crate::store::StoreError;
+
+/// How long a client is asked to wait before retrying a `409` in-use or a `503`.
+pub const RETRY_AFTER_SECS: &str = "1";
+
+/// Errors that are answered but never stored under an idempotency key: they moved no money,
+/// so a retry with the same key runs afresh.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("a valid bearer token is required: send `Authorization: Bearer <token>`")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("the request body is larger than 1 MiB")]
+    PayloadTooLarge,
+    #[error("this Idempotency-Key was first used with a different request; make a new key for a new request")]
+    KeyReused,
+    #[error("a request with this Idempotency-Key is still executing; retry it shortly with the same key")]
+    KeyInUse,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, ErrorCode) {
+        match self {
+            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
+            ApiError::KeyReused => {
+                (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::IdempotencyKeyReused)
+            }
+            ApiError::KeyInUse => (StatusCode::CONFLICT, ErrorCode::IdempotencyKeyInUse),
+            ApiError::Store(StoreError::Other(_)) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError)
+            }
+            ApiError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ServiceUnavailable),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let detail = match &self {
+            // The database's words are for the log, not for the client.
+            ApiError::Store(error) => {
+                tracing::error!(%error, "store error");
+                match error {
+                    StoreError::Other(_) => "internal error; nothing was charged, retry with the same key",
+                    _ => "the database is busy or unreachable; nothing was charged, retry with the same key",
+                }
+                .to_owned()
+            }
+            other => other.to_string(),
+        };
+        let mut response = problem_response(&Problem::new(status.as_u16(), code, detail));
+        if status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}
+
+/// A problem+json response with the problem's own status.
+pub fn problem_response(problem: &Problem) -> Response {
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::to_string(problem).expect("a problem always serializes");
+    (status, [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)], body).into_response()
+}

@@ -1,0 +1,159 @@
+//! Payments: the keyed debit of a shopper's account for one order.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use checkout_shared::{
+    CreatePayment, ErrorCode, Payment, PaymentDetails, PaymentStatus, Problem, Refund,
+    validate_amount, validate_currency, validate_order_id,
+};
+
+use crate::AppState;
+use crate::accounts::Principal;
+use crate::error::ApiError;
+use crate::http::JsonBody;
+use crate::idempotency::{self, Decision, Fingerprint, Operation, RequiredKey, StoredResponse};
+use crate::store::{Claim, EntryKind, LedgerEntry, NewPayment, PaymentRow, Tx};
+use crate::clock;
+
+/// A validated payment request.
+#[derive(Debug)]
+pub struct Charge {
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+}
+
+impl Charge {
+    fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
+        validate_order_id(&request.order_id).map_err(ApiError::InvalidRequest)?;
+        validate_amount(request.amount).map_err(ApiError::InvalidRequest)?;
+        let currency = request.currency.unwrap_or_else(|| principal.currency.clone());
+        validate_currency(&currency).map_err(ApiError::InvalidRequest)?;
+        if currency != principal.currency {
+            return Err(ApiError::InvalidRequest(format!(
+                "this account pays in {}, not {currency}",
+                principal.currency
+            )));
+        }
+        Ok(Charge { order_id: request.order_id, amount: request.amount, currency })
+    }
+}
+
+/// `POST /api/payments`
+pub async fn create(
+    State(app): State<AppState>,
+    principal: Principal,
+    RequiredKey(key): RequiredKey,
+    body: JsonBody<CreatePayment>,
+) -> Result<Response, ApiError> {
+    let fingerprint = Fingerprint::of("POST", "/api/payments", &body.canonical);
+    let charge = Charge::validate(&principal, body.value)?;
+    idempotency::execute(&app, &principal, &key, &fingerprint, &Operation::Charge(charge)).await
+}
+
+/// The business step of a payment, inside the protocol's transaction.
+pub(crate) async fn charge(tx: &mut Tx, claim: &Claim<'_>, charge: &Charge) -> Result<Decision, ApiError> {
+    let account_id = claim.account_id;
+    if let Some(payment_id) = tx.paid_order(account_id, &charge.order_id).await? {
+        let mut problem = Problem::new(
+            409,
+            ErrorCode::OrderAlreadyPaid,
+            format!("order {} is already paid by payment {payment_id}", charge.order_id),
+        );
+        problem.payment_id = Some(payment_id);
+        return Ok(Decision::Respond(StoredResponse::problem(&problem)));
+    }
+
+    let Some(balance) = tx.debit(account_id, charge.amount).await? else {
+        let balance = tx.balance(account_id).await?;
+        let mut problem = Problem::new(
+            402,
+            ErrorCode::InsufficientFunds,
+            format!("the balance {balance} is less than the amount {}", charge.amount),
+        );
+        problem.balance = Some(balance);
+        return Ok(Decision::Respond(StoredResponse::problem(&problem)));
+    };
+
+    let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
+    let new_payment = NewPayment {
+        payment_id: &payment_id,
+        order_id: &charge.order_id,
+        amount: charge.amount,
+        currency: &charge.currency,
+        balance_after: balance,
+    };
+    if !tx.insert_payment(claim, &new_payment).await? {
+        // A payment of this order under another key committed after our check: the unique
+        // index caught it. Undo the debit by rolling back; the next attempt answers 409.
+        return Ok(Decision::Restart);
+    }
+    tx.insert_ledger(&LedgerEntry {
+        account_id,
+        amount: -charge.amount,
+        kind: EntryKind::Payment,
+        claim: Some(claim),
+        payment_id: Some(&payment_id),
+        refund_id: None,
+        created_at: claim.now_ms,
+    })
+    .await?;
+
+    let payment = Payment {
+        payment_id,
+        order_id: charge.order_id.clone(),
+        amount: charge.amount,
+        currency: charge.currency.clone(),
+        status: PaymentStatus::Succeeded,
+        balance,
+        created_at: clock::rfc3339(claim.now_ms),
+    };
+    Ok(Decision::Respond(StoredResponse::json(StatusCode::CREATED, &payment)))
+}
+
+/// `GET /api/payments/{payment_id}`: only its owner sees it; to anyone else it does not exist.
+pub async fn get(
+    State(app): State<AppState>,
+    principal: Principal,
+    Path(payment_id): Path<String>,
+) -> Result<Json<PaymentDetails>, ApiError> {
+    let row = app
+        .store
+        .payment(&principal.account_id, &payment_id)
+        .await?
+        .ok_or_else(|| not_found(&payment_id))?;
+    let refunds = app.store.refunds_of(&payment_id).await?;
+    Ok(Json(PaymentDetails {
+        refunded_total: row.refunded,
+        payment: payment_of(row),
+        refunds: refunds
+            .into_iter()
+            .map(|r| Refund {
+                refund_id: r.refund_id,
+                payment_id: r.payment_id,
+                amount: r.amount,
+                refunded_total: r.refunded_total_after,
+                balance: r.balance_after,
+                created_at: clock::rfc3339(r.created_at),
+            })
+            .collect(),
+    }))
+}
+
+pub(crate) fn not_found(payment_id: &str) -> ApiError {
+    ApiError::NotFound(format!("there is no payment {payment_id} on this account"))
+}
+
+fn payment_of(row: PaymentRow) -> Payment {
+    Payment {
+        payment_id: row.payment_id,
+        order_id: row.order_id,
+        amount: row.amount,
+        currency: row.currency,
+        status: PaymentStatus::Succeeded,
+        balance: row.balance_after,
+        created_at: clock::rfc3339(row.created_at),
+    }
+}

@@ -1,0 +1,17 @@
+//! The checkout's wire contract, shared by the server and the widget.
+//!
+//! Serde only, so it builds for `wasm32-unknown-unknown`: the widget and the server can never
+//! disagree about a field name, an error code or what a valid idempotency key is.
+
+pub mod api;
+pub mod key;
+pub mod money;
+pub mod problem;
+
+pub use api::{
+    Account, CreatePayment, CreateRefund, DemoSession, Payment, PaymentDetails, PaymentStatus,
+    Refund,
+};
+pub use key::{IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER};
+pub use money::{MAX_AMOUNT, format_rub, validate_amount, validate_currency, validate_order_id};
+pub use problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
