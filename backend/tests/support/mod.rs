@@ -1,0 +1,348 @@
+//! The test harness: a real `checkout-server` process on a free port over a real SQLite file
+//! or a real PostgreSQL database, a small API client, and the contract's invariants checked
+//! in the database itself.
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
+pub mod postgres;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// One test's database, kept until the test ends.
+pub struct TestDb {
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> TestDb {
+        sqlx::any::install_default_drivers();
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("checkout.db").display());
+                TestDb { url, _dir: Some(dir) }
+            }
+            Backend::Postgres => {
+                let url = postgres::cluster().create_database().await;
+                TestDb { url, _dir: None }
+            }
+        }
+    }
+
+    pub async fn connect(&self) -> sqlx::AnyConnection {
+        sqlx::Connection::connect(&self.url).await.expect("the test connects to its database")
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        let mut conn = self.connect().await;
+        sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+    }
+
+    pub async fn execute(&self, sql: &str) {
+        let mut conn = self.connect().await;
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+
+    /// Every invariant of the contract, read from the tables; panics naming the one broken.
+    pub async fn assert_invariants(&self) {
+        self.assert_invariants_with(true).await;
+    }
+
+    /// As [`assert_invariants`], for a test that lets a key expire and be used again (so one
+    /// key string may have moved money twice, each time under its own claim).
+    pub async fn assert_invariants_after_key_reuse(&self) {
+        self.assert_invariants_with(false).await;
+    }
+
+    async fn assert_invariants_with(&self, one_movement_per_key: bool) {
+        let mut checks = vec![
+            ("balance == sum(ledger), never negative", "\
+                SELECT COUNT(*) FROM accounts a WHERE a.balance < 0 OR a.balance <> \
+                  (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)"),
+            ("at most one succeeded payment per (account, order_id)", "\
+                SELECT COUNT(*) FROM (SELECT account_id, order_id FROM payments \
+                  GROUP BY account_id, order_id HAVING COUNT(*) > 1) d"),
+            ("every payment is exactly one ledger debit of its amount", "\
+                SELECT COUNT(*) FROM payments p WHERE 1 <> \
+                  (SELECT COUNT(*) FROM ledger l WHERE l.payment_id = p.payment_id AND l.kind = 'payment' AND l.amount = -p.amount)"),
+            ("every refund is exactly one ledger credit of its amount", "\
+                SELECT COUNT(*) FROM refunds r WHERE 1 <> \
+                  (SELECT COUNT(*) FROM ledger l WHERE l.refund_id = r.refund_id AND l.kind = 'refund' AND l.amount = r.amount)"),
+            ("refunds of a payment sum to its refunded total, at most its amount", "\
+                SELECT COUNT(*) FROM payments p WHERE p.refunded > p.amount OR p.refunded <> \
+                  (SELECT CAST(COALESCE(SUM(r.amount), 0) AS BIGINT) FROM refunds r WHERE r.payment_id = p.payment_id)"),
+            ("every committed key is done and has its stored response", "\
+                SELECT COUNT(*) FROM idempotency_keys \
+                 WHERE status <> 'done' OR response_status IS NULL OR response_body IS NULL"),
+            ("every money movement under a key has that key's claim", "\
+                SELECT COUNT(*) FROM ledger WHERE kind <> 'opening' AND (idempotency_key IS NULL OR claim_id IS NULL)"),
+        ];
+        if one_movement_per_key {
+            checks.push(("at most one ledger movement per (account, key)", "\
+                SELECT COUNT(*) FROM (SELECT account_id, idempotency_key FROM ledger \
+                  WHERE idempotency_key IS NOT NULL GROUP BY account_id, idempotency_key HAVING COUNT(*) > 1) d"));
+        }
+        let mut conn = self.connect().await;
+        for (name, sql) in checks {
+            let broken: i64 = sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap();
+            assert_eq!(broken, 0, "invariant broken: {name}");
+        }
+    }
+}
+
+/// A running `checkout-server` process.
+pub struct Server {
+    pub base: String,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    pub async fn start(db: &TestDb) -> Server {
+        Server::start_with(db, &[]).await
+    }
+
+    /// Starts the server with extra `CHECKOUT_*` settings and waits for its
+    /// `listening on http://ADDR` line.
+    pub async fn start_with(db: &TestDb, env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_checkout-server"));
+        command
+            .env("DATABASE_URL", &db.url)
+            .env("CHECKOUT_ADDR", "127.0.0.1:0")
+            .env("CHECKOUT_DEMO", "1")
+            .env("CHECKOUT_STATIC_DIR", "/nonexistent")
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("checkout-server starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = mpsc::channel();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let (log, addr_tx) = (log.clone(), addr_tx.clone());
+            // Keep draining the pipe for the server's whole life, or it would block on a full pipe.
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+                        let _ = addr_tx.send(addr);
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let addr = tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let addr = match addr {
+            Ok(addr) => addr,
+            Err(_) => panic!("the server did not start: {:?}", child.try_wait()),
+        };
+        Server { base: format!("http://{addr}"), child, log }
+    }
+
+    /// SIGKILL: no shutdown, no flush, exactly like a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status once it has stopped.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn api(&self) -> Api {
+        Api::new(&self.base)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An answer as a client sees it.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HashMap<String, String>,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.headers.get("idempotent-replayed").map(String::as_str) == Some("true")
+    }
+
+    pub fn code(&self) -> String {
+        self.json()["code"].as_str().unwrap_or("").to_owned()
+    }
+
+    pub fn content_type(&self) -> &str {
+        self.headers.get("content-type").map(String::as_str).unwrap_or("")
+    }
+
+    /// A problem+json error with this status and code.
+    #[track_caller]
+    pub fn assert_problem(&self, status: u16, code: &str) {
+        assert_eq!(self.status.as_u16(), status, "status of {}", self.body);
+        assert_eq!(self.content_type(), "application/problem+json", "content type of {}", self.body);
+        let problem = self.json();
+        assert_eq!(problem["code"], code, "code of {}", self.body);
+        assert_eq!(problem["status"], status);
+        assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()), "detail of {}", self.body);
+    }
+}
+
+/// A shopper's session: the client as a test drives it.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub token: Option<String>,
+}
+
+impl Api {
+    pub fn new(base: &str) -> Api {
+        let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        Api { base: base.to_owned(), http, token: None }
+    }
+
+    /// A fresh demo shopper holding 100 000 kopecks.
+    pub async fn shopper(&self) -> Api {
+        let answer = self.send(self.http.post(format!("{}/api/demo/session", self.base))).await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        Api { token: Some(answer.json()["token"].as_str().unwrap().to_owned()), ..self.clone() }
+    }
+
+    pub fn on(&self, server: &Server) -> Api {
+        Api { base: server.base.clone(), ..self.clone() }
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> reqwest::Result<Answer> {
+        let request = match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request.send().await?;
+        let status = response.status();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let body = response.text().await?;
+        Ok(Answer { status, headers, body })
+    }
+
+    pub fn post(&self, path: &str, key: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        let request = self.http.post(format!("{}{path}", self.base)).json(body);
+        match key {
+            Some(key) => request.header("Idempotency-Key", key),
+            None => request,
+        }
+    }
+
+    pub async fn try_pay(&self, key: &str, body: &Value) -> reqwest::Result<Answer> {
+        self.send(self.post("/api/payments", Some(key), body)).await
+    }
+
+    pub async fn pay(&self, key: &str, body: &Value) -> Answer {
+        self.try_pay(key, body).await.expect("the server answers")
+    }
+
+    pub async fn refund(&self, payment_id: &str, key: &str, amount: i64) -> Answer {
+        self.send(self.post(&format!("/api/payments/{payment_id}/refunds"), Some(key), &json!({ "amount": amount })))
+            .await
+            .expect("the server answers")
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.send(self.http.get(format!("{}{path}", self.base))).await.expect("the server answers")
+    }
+
+    pub async fn balance(&self) -> i64 {
+        let answer = self.get("/api/account").await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        answer.json()["balance"].as_i64().unwrap()
+    }
+
+    /// Retries a payment with the same key until it has a definite answer, as a client must
+    /// after a `409` in use or a lost connection. Bounded: it gives up after 200 tries.
+    pub async fn pay_until_definite(&self, key: &str, body: &Value) -> Answer {
+        for _ in 0..200 {
+            match self.try_pay(key, body).await {
+                Ok(answer) if answer.status == StatusCode::CONFLICT && answer.code() == "idempotency_key_in_use" => {
+                    assert!(answer.headers.contains_key("retry-after"), "a 409 in use says when to retry");
+                }
+                Ok(answer) if answer.status.is_server_error() => {}
+                Ok(answer) => return answer,
+                Err(_) => {}
+            }
+            // Back off like a client (this is the client's retry policy, not a synchronisation).
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("key {key} never got a definite answer");
+    }
+}
+
+pub fn payment(order_id: &str, amount: i64) -> Value {
+    json!({ "order_id": order_id, "amount": amount })
+}
+
+pub fn new_key() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+pub const OPENING_BALANCE: i64 = 100_000;
+
+/// Sends raw bytes and reads the answer until the server closes: for requests a well-behaved
+/// client library will not make (a body announced but never sent).
+pub async fn raw_request(base: &str, head: &str) -> Answer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let mut lines = head.lines();
+    let status_line = lines.next().unwrap();
+    let status: u16 = status_line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer { status: StatusCode::from_u16(status).unwrap(), headers, body: body.to_owned() }
+}
