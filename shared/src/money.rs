@@ -41,7 +41,7 @@ pub fn format_rub(kopecks: i64) -> String {
     let digits = (abs / 100).to_string();
     let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             grouped.push(NBSP);
         }
         grouped.push(d);
@@ -56,7 +56,7 @@ mod tests {
     #[test]
     fn formats_roubles_the_russian_way() {
         assert_eq!(format_rub(300_000), "3\u{a0}000,00\u{a0}₽");
-        assert_eq!(format_rub(100_000_00), "100\u{a0}000,00\u{a0}₽");
+        assert_eq!(format_rub(10_000_000), "100\u{a0}000,00\u{a0}₽");
         assert_eq!(format_rub(5), "0,05\u{a0}₽");
         assert_eq!(format_rub(123_456_789), "1\u{a0}234\u{a0}567,89\u{a0}₽");
         assert_eq!(format_rub(-1_050), "−10,50\u{a0}₽");

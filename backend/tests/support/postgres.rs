@@ -99,13 +99,16 @@ impl Cluster {
             data = self.dir.join("data").display(),
             dir = self.dir.display(),
         );
-        Command::new("setsid")
+        // Deliberately not waited for: it outlives this process to clean up after it.
+        let _watcher = Command::new("setsid")
             .args(["sh", "-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("the cluster's watcher starts");
+        #[allow(clippy::zombie_processes)]
+        std::mem::forget(_watcher);
     }
 
     pub fn url(&self, database: &str) -> String {
