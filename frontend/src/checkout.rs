@@ -145,6 +145,23 @@ impl Checkout {
     }
 }
 
+/// Roubles as a shopper types them («150», «150,5», «1 200.50») → kopecks.
+pub fn parse_rub(text: &str) -> Option<i64> {
+    let cleaned: String = text.chars().filter(|c| !c.is_whitespace() && *c != '₽').collect();
+    let (roubles, kopecks) = match cleaned.split_once([',', '.']) {
+        Some((r, k)) => (r, k),
+        None => (cleaned.as_str(), ""),
+    };
+    if roubles.is_empty() || !roubles.chars().all(|c| c.is_ascii_digit()) || roubles.len() > 10 {
+        return None;
+    }
+    if kopecks.len() > 2 || !kopecks.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let kopecks = format!("{kopecks:0<2}").parse::<i64>().ok()?;
+    Some(roubles.parse::<i64>().ok()? * 100 + kopecks)
+}
+
 fn attempt_suffix(attempt: u32) -> String {
     format!(" (попытка {attempt})")
 }
@@ -290,6 +307,17 @@ mod tests {
         let body = serde_json::to_string(&decline).unwrap();
         checkout.payment.finish_attempt(&Attempt::Answered { status: 402, body, retry_after: None }, &RetryPolicy::WIDGET, 0.0);
         assert_eq!(payment_status(&checkout.payment), "Отказ: недостаточно средств (на счёте 100,00\u{a0}₽)");
+    }
+
+    #[test]
+    fn roubles_parse_as_a_shopper_types_them() {
+        assert_eq!(parse_rub("150"), Some(15_000));
+        assert_eq!(parse_rub("150,5"), Some(15_050));
+        assert_eq!(parse_rub(" 1 200.05 ₽"), Some(120_005));
+        assert_eq!(parse_rub("0,01"), Some(1));
+        for bad in ["", ",5", "1,234", "abc", "-5", "1e3", "12345678901"] {
+            assert_eq!(parse_rub(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

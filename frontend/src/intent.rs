@@ -36,7 +36,7 @@ pub enum RetryReason {
 
 /// Where an intent stands. Persisted as JSON in `sessionStorage`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "phase", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Phase<Receipt> {
     Created,
     /// Attempt `attempt` is on its way; `after` says why, when it is a resend.
@@ -121,7 +121,6 @@ pub struct Intent<Request, Receipt> {
     /// Made by the client (UUID v4) when the intent is created, never changed afterwards.
     pub key: String,
     pub request: Request,
-    #[serde(flatten)]
     pub phase: Phase<Receipt>,
 }
 
