@@ -16,7 +16,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::ServeDir;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::error::{ApiError, problem_response};
 use crate::{AppState, accounts, payments, refunds};
@@ -58,7 +58,9 @@ pub fn router(app: AppState, static_dir: &Path) -> Router {
                 request_id,
                 idempotency = tracing::field::Empty,
             )
-        }))
+        })
+        // One line per request, with its status, latency and idempotency outcome.
+        .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 

@@ -26,7 +26,7 @@ use crate::AppState;
 use crate::accounts::Principal;
 use crate::error::ApiError;
 use crate::store::{Claim, StoreError, StoredKey, Tx};
-use crate::{clock, payments, refunds};
+use crate::{clock, faults, payments, refunds};
 
 /// A transaction that lost a race it can simply run again (a concurrent payment of the same
 /// order, a serialization failure) is retried this many times in all before `503`.
@@ -104,6 +104,10 @@ pub async fn execute(
     }
 
     for _attempt in 0..MAX_ATTEMPTS {
+        if faults::claim_finds_key_in_flight(account_id, key.as_str()) {
+            record_outcome("conflict");
+            return Err(ApiError::KeyInUse);
+        }
         let mut tx = app.store.begin_keyed().await?;
         let now_ms = clock::now_ms();
         let claim = Claim {
@@ -148,12 +152,13 @@ pub async fn execute(
 
         // 4–5. The response is stored with the key, and all of it commits at once.
         tx.complete_key(&claim, response.status.as_u16(), &response.body).await?;
+        faults::before_commit().await?;
         match tx.commit().await {
             Err(StoreError::Retry(_)) => continue,
             other => other?,
         }
         record_outcome("first");
-        return Ok(response.into_response(false));
+        return Ok(faults::after_commit(response.into_response(false)).await);
     }
     Err(ApiError::Store(StoreError::Busy(sqlx::Error::PoolTimedOut)))
 }

@@ -7,9 +7,11 @@
 //! - [`http`]: routes and layers; [`error`]: the problem+json error; [`config`]: settings.
 
 pub mod accounts;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod faults;
 pub mod http;
 pub mod idempotency;
 pub mod payments;

@@ -1,7 +1,10 @@
 //! The contract, scenario by scenario, against a real server over real SQLite and real
 //! PostgreSQL. Every scenario runs on both and ends by checking the invariants in the database.
 
-mod support;
+use checkout_testkit as support;
+
+/// The server under test: this package's own binary.
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,7 +56,7 @@ on_both_databases!(
 /// Starts a server over a fresh database and gives one demo shopper.
 async fn setup(backend: Backend) -> (TestDb, Server, Api) {
     let db = TestDb::new(backend).await;
-    let server = Server::start(&db).await;
+    let server = Server::start(SERVER, &db).await;
     let shopper = server.api().shopper().await;
     (db, server, shopper)
 }
@@ -440,7 +443,7 @@ async fn bad_inputs_are_refused_and_move_no_money(backend: Backend) {
 
 async fn an_expired_key_is_a_new_key_and_is_swept(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let server = Server::start_with(&db, &[("CHECKOUT_KEY_TTL_SECS", "3600"), ("CHECKOUT_SWEEP_SECS", "1")]).await;
+    let server = Server::start_with(SERVER, &db, &[("CHECKOUT_KEY_TTL_SECS", "3600"), ("CHECKOUT_SWEEP_SECS", "1")]).await;
     let shopper = server.api().shopper().await;
     let key = new_key();
     let first = shopper.pay(&key, &payment("ord-ttl", 1_000)).await;
@@ -475,7 +478,7 @@ fn support_now_ms() -> i64 {
 
 async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let mut server = Server::start(&db).await;
+    let mut server = Server::start(SERVER, &db).await;
     let shopper = server.api().shopper().await;
     let requests: Vec<(String, Value)> =
         (0..300).map(|i| (new_key(), payment(&format!("ord-k{i}"), 100))).collect();
@@ -508,7 +511,7 @@ async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
     assert!(cut > 0, "the kill must land while requests are in flight");
 
     // Restart on the same database and retry every key until it has an answer.
-    let restarted = Server::start(&db).await;
+    let restarted = Server::start(SERVER, &db).await;
     let shopper = shopper.on(&restarted);
     let mut debited = 0;
     for ((key, body), before) in requests.iter().zip(&seen) {
@@ -534,7 +537,7 @@ async fn health_account_and_demo_mode(backend: Backend) {
     assert_eq!(account["balance"], OPENING_BALANCE);
     assert_eq!(account["currency"], "RUB");
 
-    let no_demo = Server::start_with(&db, &[("CHECKOUT_DEMO", "0")]).await;
+    let no_demo = Server::start_with(SERVER, &db, &[("CHECKOUT_DEMO", "0")]).await;
     let answer = no_demo.api().send(no_demo.api().http.post(format!("{}/api/demo/session", no_demo.base))).await.unwrap();
     answer.assert_problem(404, "not_found");
     // Tokens are stored hashed: the token itself appears nowhere in the database.

@@ -1,6 +1,9 @@
 //! Running the server: several instances on one PostgreSQL, graceful shutdown, bad settings.
 
-mod support;
+use checkout_testkit as support;
+
+/// The server under test: this package's own binary.
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
 use futures::future::join_all;
 use reqwest::StatusCode;
@@ -9,7 +12,7 @@ use support::{Backend, OPENING_BALANCE, Server, TestDb, new_key, payment};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_sharing_postgres_execute_each_key_once() {
     let db = TestDb::new(Backend::Postgres).await;
-    let (one, two) = (Server::start(&db).await, Server::start(&db).await);
+    let (one, two) = (Server::start(SERVER, &db).await, Server::start(SERVER, &db).await);
     let shopper = one.api().shopper().await;
     let via = [shopper.clone(), shopper.on(&two)];
 
@@ -47,14 +50,14 @@ async fn two_instances_sharing_postgres_execute_each_key_once() {
 async fn sigterm_stops_the_server_cleanly() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
         let db = TestDb::new(backend).await;
-        let mut server = Server::start(&db).await;
+        let mut server = Server::start(SERVER, &db).await;
         let shopper = server.api().shopper().await;
         assert_eq!(shopper.pay(&new_key(), &payment("ord-t", 100)).await.status, StatusCode::CREATED);
         let status = server.terminate();
         assert!(status.success(), "{backend:?}: exit {status:?}\n{}", server.log());
         assert!(server.log().contains("stopped"), "{}", server.log());
         // What it acknowledged is there after a restart.
-        let restarted = Server::start(&db).await;
+        let restarted = Server::start(SERVER, &db).await;
         assert_eq!(shopper.on(&restarted).balance().await, OPENING_BALANCE - 100);
     }
 }

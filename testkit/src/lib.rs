@@ -1,7 +1,6 @@
 //! The test harness: a real `checkout-server` process on a free port over a real SQLite file
 //! or a real PostgreSQL database, a small API client, and the contract's invariants checked
-//! in the database itself.
-#![allow(dead_code)] // each test binary uses its own part of the harness
+//! in the database itself. Used by the backend's tests and by the browser tests.
 
 pub mod postgres;
 
@@ -111,14 +110,15 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn start(db: &TestDb) -> Server {
-        Server::start_with(db, &[]).await
+    /// Starts `binary` (a `checkout-server` build) over `db` on a free port.
+    pub async fn start(binary: &str, db: &TestDb) -> Server {
+        Server::start_with(binary, db, &[]).await
     }
 
     /// Starts the server with extra `CHECKOUT_*` settings and waits for its
     /// `listening on http://ADDR` line.
-    pub async fn start_with(db: &TestDb, env: &[(&str, &str)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_checkout-server"));
+    pub async fn start_with(binary: &str, db: &TestDb, env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(binary);
         command
             .env("DATABASE_URL", &db.url)
             .env("CHECKOUT_ADDR", "127.0.0.1:0")
@@ -174,6 +174,12 @@ impl Server {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
+    }
+
+    /// Reads the log later, even after the server is gone (for a failure report).
+    pub fn log_handle(&self) -> impl Fn() -> String + Send + 'static {
+        let log = self.log.clone();
+        move || log.lock().unwrap().join("\n")
     }
 
     pub fn api(&self) -> Api {

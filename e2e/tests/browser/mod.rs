@@ -1,0 +1,251 @@
+//! A shopper in a real browser: Debian's headless Chromium driven through chromedriver (started
+//! here on a free port), on a checkout-server with fault injection serving the release-built
+//! widget. A failing scenario leaves a screenshot under `target/e2e-screenshots/`.
+
+use std::future::Future;
+use std::net::TcpStream;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use checkout_testkit::{Api, Backend, Server, TestDb};
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
+use serde_json::{Value, json};
+
+pub const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-faults");
+const WAIT: Duration = Duration::from_secs(30);
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The release build of the widget, which the server serves at `/`.
+fn dist() -> String {
+    let dist = workspace().join("dist");
+    assert!(
+        dist.join("index.html").exists(),
+        "no widget build in {}: run scripts/test, which builds it first",
+        dist.display()
+    );
+    dist.display().to_string()
+}
+
+struct Chromedriver(Child);
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One scenario's world: a database, a server over it, a browser, and the shopper's session.
+pub struct Checkout {
+    pub db: TestDb,
+    pub server: Server,
+    pub browser: Client,
+    _driver: Chromedriver,
+    _profile: tempfile::TempDir,
+}
+
+impl Checkout {
+    pub async fn start(backend: Backend, faults: &str) -> Checkout {
+        let db = TestDb::new(backend).await;
+        let server = start_server(&db, faults, None).await;
+        let port = checkout_testkit::postgres::free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts (the README's test command installs it)");
+        let driver = Chromedriver(driver);
+        let deadline = Instant::now() + WAIT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let profile = tempfile::tempdir().unwrap();
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({
+                "binary": "/usr/bin/chromium",
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", "--disable-popup-blocking",
+                    "--window-size=520,900", format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        let browser = ClientBuilder::rustls()
+            .expect("rustls")
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a Chromium session");
+        Checkout { db, server, browser, _driver: driver, _profile: profile }
+    }
+
+    /// Runs a scenario; if it fails, saves what the shopper saw and the server's log.
+    pub async fn run<F, Fut>(name: &str, backend: Backend, faults: &str, scenario: F)
+    where
+        F: FnOnce(Checkout) -> Fut,
+        Fut: Future<Output = Checkout>,
+    {
+        let checkout = Checkout::start(backend, faults).await;
+        let browser = checkout.browser.clone();
+        let log = checkout.server.log_handle();
+        match AssertUnwindSafe(scenario(checkout)).catch_unwind().await {
+            Ok(checkout) => {
+                let _ = checkout.browser.close().await;
+            }
+            Err(panic) => {
+                let dir = workspace().join("target/e2e-screenshots");
+                let _ = std::fs::create_dir_all(&dir);
+                let file = dir.join(format!("{name}-{backend:?}.png"));
+                if let Ok(png) = browser.screenshot().await {
+                    let _ = std::fs::write(&file, png);
+                    eprintln!("screenshot of the failure: {}", file.display());
+                }
+                eprintln!("server log:\n{}", log());
+                let _ = browser.close().await;
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}/", self.server.base)
+    }
+
+    /// Opens the checkout and waits until the shopper has a session and a balance.
+    pub async fn open(&self) {
+        self.browser.goto(&self.url()).await.unwrap();
+        self.wait_for(".balance").await;
+        self.record_statuses().await;
+    }
+
+    pub async fn reload(&self) {
+        self.browser.refresh().await.unwrap();
+        self.wait_for(".card").await;
+        self.record_statuses().await;
+    }
+
+    pub async fn wait_for(&self, css: &str) -> fantoccini::elements::Element {
+        match self.browser.wait().at_most(WAIT).for_element(Locator::Css(css)).await {
+            Ok(element) => element,
+            Err(error) => panic!("{css} never appeared: {error}"),
+        }
+    }
+
+    /// Waits until the element's text contains `expected`. WebDriver reports no-break spaces
+    /// as plain ones, so both sides are compared that way.
+    pub async fn wait_for_text(&self, css: &str, expected: &str) -> String {
+        let expected = expected.replace('\u{a0}', " ");
+        let expected = expected.as_str();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = self.text(css).await.unwrap_or_default();
+            if text.contains(expected) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "{css} never said {expected:?}; it says {text:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn text(&self, css: &str) -> Option<String> {
+        let element = self.browser.find(Locator::Css(css)).await.ok()?;
+        element.text().await.ok().map(|t| t.replace('\u{a0}', " "))
+    }
+
+    pub async fn count(&self, css: &str) -> usize {
+        self.browser.find_all(Locator::Css(css)).await.map(|v| v.len()).unwrap_or(0)
+    }
+
+    pub async fn js(&self, script: &str) -> Value {
+        self.browser.execute(script, vec![]).await.unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// Clicks `times` times within one JavaScript task: no re-render happens in between, so
+    /// the button's own disabling cannot be what keeps the payment single.
+    pub async fn click(&self, css: &str, times: usize) {
+        self.js(&format!(
+            "const b = document.querySelector({css:?}); for (let i = 0; i < {times}; i++) b.click();"
+        ))
+        .await;
+    }
+
+    /// Every text the status lines showed from now on, in order (kept by the page itself).
+    async fn record_statuses(&self) {
+        self.js(
+            "window.__statuses = [];
+             const seen = () => document.querySelectorAll('.status').forEach(e => {
+               const t = e.textContent; const all = window.__statuses;
+               if (t && all[all.length - 1] !== t) all.push(t);
+             });
+             new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, characterData: true});
+             seen();",
+        )
+        .await;
+    }
+
+    pub async fn statuses(&self) -> Vec<String> {
+        let all: Vec<String> = serde_json::from_value(self.js("return window.__statuses || [];").await).unwrap();
+        all.into_iter().map(|t| t.replace('\u{a0}', " ")).collect()
+    }
+
+    /// The widget's saved state, as it is in `sessionStorage`.
+    pub async fn saved_state(&self) -> Value {
+        let text = self.js("return sessionStorage.getItem('checkout.state');").await;
+        serde_json::from_str(text.as_str().expect("a saved state")).unwrap()
+    }
+
+    pub async fn payment_key(&self) -> String {
+        self.saved_state().await["payment"]["key"].as_str().unwrap().to_owned()
+    }
+
+    /// The API as this shopper: to check what the ledger holds.
+    pub async fn api(&self) -> Api {
+        let session = self.js("return sessionStorage.getItem('checkout.session');").await;
+        let session: Value = serde_json::from_str(session.as_str().expect("a session")).unwrap();
+        Api { token: Some(session["token"].as_str().unwrap().to_owned()), ..self.server.api() }
+    }
+
+    pub async fn payments_in_db(&self) -> i64 {
+        self.db.scalar("SELECT COUNT(*) FROM payments").await
+    }
+
+    /// The idempotency outcome of each `POST /api/payments` the server answered, in order.
+    pub fn payment_outcomes(&self) -> Vec<String> {
+        outcomes(&self.server.log(), "uri=/api/payments ")
+    }
+
+    pub async fn restart_server_on_same_port(&mut self) {
+        self.server.kill();
+        let port = self.server.base.rsplit(':').next().unwrap().to_owned();
+        self.server = start_server(&self.db, "", Some(&port)).await;
+    }
+}
+
+async fn start_server(db: &TestDb, faults: &str, port: Option<&str>) -> Server {
+    let addr = format!("127.0.0.1:{}", port.unwrap_or("0"));
+    Server::start_with(SERVER, db, &[("CHECKOUT_FAULTS", faults), ("CHECKOUT_STATIC_DIR", &dist()), ("CHECKOUT_ADDR", &addr)])
+        .await
+}
+
+/// Reads `idempotency=…` off the server's one-line-per-response log.
+fn outcomes(log: &str, route: &str) -> Vec<String> {
+    log.lines()
+        .filter(|line| line.contains("finished processing request") && line.contains(route) && line.contains("method=POST"))
+        .map(|line| match line.split("idempotency=").nth(1) {
+            Some(rest) => rest.split(['}', ' ']).next().unwrap_or("").trim_matches('"').to_owned(),
+            None => "none".to_owned(),
+        })
+        .collect()
+}
