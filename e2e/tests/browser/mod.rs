@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkout_testkit::{Api, Backend, Server, TestDb};
@@ -46,8 +47,9 @@ pub struct Checkout {
     pub db: TestDb,
     pub server: Server,
     pub browser: Client,
-    _driver: Chromedriver,
-    _profile: tempfile::TempDir,
+    /// Shared with [`Checkout::run`], so that a failed scenario can still be photographed.
+    _driver: Arc<Chromedriver>,
+    _profile: Arc<tempfile::TempDir>,
 }
 
 impl Checkout {
@@ -61,14 +63,14 @@ impl Checkout {
             .stderr(Stdio::null())
             .spawn()
             .expect("chromedriver starts (the README's test command installs it)");
-        let driver = Chromedriver(driver);
+        let driver = Arc::new(Chromedriver(driver));
         let deadline = Instant::now() + WAIT;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let profile = tempfile::tempdir().unwrap();
+        let profile = Arc::new(tempfile::tempdir().unwrap());
         let mut caps = serde_json::Map::new();
         caps.insert(
             "goog:chromeOptions".into(),
@@ -100,6 +102,7 @@ impl Checkout {
         let checkout = Checkout::start(backend, faults).await;
         let browser = checkout.browser.clone();
         let log = checkout.server.log_handle();
+        let _keep_alive = (checkout._driver.clone(), checkout._profile.clone());
         match AssertUnwindSafe(scenario(checkout)).catch_unwind().await {
             Ok(checkout) => {
                 let _ = checkout.browser.close().await;
