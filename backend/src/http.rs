@@ -33,8 +33,10 @@ pub fn router(app: AppState, static_dir: &Path) -> Router {
         .route("/api/payments/{payment_id}/refunds", post(refunds::create))
         .route("/api/account", get(accounts::get))
         .route("/api/demo/session", post(accounts::create_demo_session))
-        .route("/healthz", get(healthz))
-        .with_state(app);
+        .route("/healthz", get(healthz));
+    #[cfg(feature = "bench-routes")]
+    let api = api.route("/api/bench/unkeyed-payments", post(crate::bench::unkeyed_payment));
+    let api = api.with_state(app);
     let api = if static_dir.is_dir() {
         api.fallback_service(ServeDir::new(static_dir).append_index_html_on_directories(true))
     } else {

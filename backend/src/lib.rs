@@ -7,6 +7,8 @@
 //! - [`http`]: routes and layers; [`error`]: the problem+json error; [`config`]: settings.
 
 pub mod accounts;
+#[cfg(feature = "bench-routes")]
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

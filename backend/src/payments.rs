@@ -26,7 +26,7 @@ pub struct Charge {
 }
 
 impl Charge {
-    fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
+    pub(crate) fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
         validate_order_id(&request.order_id).map_err(ApiError::InvalidRequest)?;
         validate_amount(request.amount).map_err(ApiError::InvalidRequest)?;
         let currency = request.currency.unwrap_or_else(|| principal.currency.clone());

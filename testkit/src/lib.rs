@@ -146,7 +146,12 @@ impl Server {
                         let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
                         let _ = addr_tx.send(addr);
                     }
-                    log.lock().unwrap().push(line);
+                    let mut log = log.lock().unwrap();
+                    // Bounded: a benchmark's server logs a line per request.
+                    if log.len() >= 200_000 {
+                        log.drain(..100_000);
+                    }
+                    log.push(line);
                 }
             });
         }
@@ -158,6 +163,10 @@ impl Server {
             Err(_) => panic!("the server did not start: {:?}", child.try_wait()),
         };
         Server { base: format!("http://{addr}"), child, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL: no shutdown, no flush, exactly like a crash.
