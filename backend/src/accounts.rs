@@ -1,6 +1,10 @@
 //! Accounts: who the caller is (a bearer token, stored only as its hash), their balance, and
 //! demo shoppers.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use axum::Json;
 use axum::extract::{FromRequestParts, State};
 use axum::http::{header, request::Parts};
@@ -37,12 +41,50 @@ impl FromRequestParts<AppState> for Principal {
             })
             .filter(|token| !token.is_empty())
             .ok_or(ApiError::Unauthorized)?;
+        let hash = token_hash(token);
+        if let Some(principal) = app.principals.get(&hash) {
+            return Ok(principal);
+        }
         let (account_id, currency) = app
             .store
-            .account_by_token_hash(&token_hash(token))
+            .account_by_token_hash(&hash)
             .await?
             .ok_or(ApiError::Unauthorized)?;
-        Ok(Principal { account_id, currency })
+        let principal = Principal { account_id, currency };
+        app.principals.put(hash, principal.clone());
+        Ok(principal)
+    }
+}
+
+/// Recently seen tokens, so that a request costs no database round trip to authenticate. A
+/// token always names the same account and an account never changes currency, so a cached
+/// entry cannot be wrong; entries still expire, so that a revoked token would stop working.
+#[derive(Debug, Default)]
+pub struct PrincipalCache {
+    entries: Mutex<HashMap<String, (Principal, Instant)>>,
+}
+
+impl PrincipalCache {
+    const TTL: Duration = Duration::from_secs(60);
+    const CAPACITY: usize = 10_000;
+
+    fn get(&self, token_hash: &str) -> Option<Principal> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(token_hash)
+            .filter(|(_, at)| at.elapsed() < Self::TTL)
+            .map(|(principal, _)| principal.clone())
+    }
+
+    fn put(&self, token_hash: String, principal: Principal) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= Self::CAPACITY {
+            entries.retain(|_, (_, at)| at.elapsed() < Self::TTL);
+            if entries.len() >= Self::CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(token_hash, (principal, Instant::now()));
     }
 }
 

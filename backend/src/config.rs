@@ -40,10 +40,11 @@ pub struct Config {
           default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub lock_timeout_ms: u64,
 
-    /// Connections to PostgreSQL per server instance (SQLite uses one writer and four readers).
-    #[arg(long = "db-pool-size", env = "CHECKOUT_DB_POOL_SIZE", default_value_t = 16,
+    /// Connections to PostgreSQL per server instance; default 4 per CPU core (more only adds
+    /// contention in the database). SQLite uses one writer and four readers.
+    #[arg(long = "db-pool-size", env = "CHECKOUT_DB_POOL_SIZE",
           value_parser = clap::value_parser!(u32).range(1..=1_000))]
-    pub db_pool_size: u32,
+    pub db_pool_size: Option<u32>,
 }
 
 impl Config {
@@ -53,6 +54,11 @@ impl Config {
 
     pub fn sweep_every(&self) -> Duration {
         Duration::from_secs(self.sweep_secs)
+    }
+
+    pub fn db_pool_size(&self) -> u32 {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+        self.db_pool_size.unwrap_or(4 * cores)
     }
 
     pub fn lock_timeout(&self) -> Duration {

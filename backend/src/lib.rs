@@ -21,6 +21,7 @@ pub mod refunds;
 pub mod store;
 pub mod sweeper;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
@@ -30,6 +31,7 @@ use crate::store::Store;
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub store: Store,
+    pub principals: Arc<accounts::PrincipalCache>,
     pub key_ttl: Duration,
     pub demo: bool,
 }
@@ -46,7 +48,7 @@ pub enum StartError {
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
 pub async fn run(config: Config) -> Result<(), StartError> {
-    let store = Store::connect(&config.database_url, config.db_pool_size, config.lock_timeout())
+    let store = Store::connect(&config.database_url, config.db_pool_size(), config.lock_timeout())
         .await
         .map_err(|source| StartError::Database { url: config.database_url_redacted(), source })?;
     let listener = tokio::net::TcpListener::bind(config.addr)
@@ -55,7 +57,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let addr = listener.local_addr().map_err(StartError::Serve)?;
 
     let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
-    let app = AppState { store, key_ttl: config.key_ttl(), demo: config.demo };
+    let app = AppState { store, principals: Arc::default(), key_ttl: config.key_ttl(), demo: config.demo };
     let router = http::router(app, &config.static_dir);
 
     tracing::info!(

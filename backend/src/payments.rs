@@ -14,7 +14,7 @@ use crate::accounts::Principal;
 use crate::error::ApiError;
 use crate::http::JsonBody;
 use crate::idempotency::{self, Decision, Fingerprint, Operation, RequiredKey, StoredResponse};
-use crate::store::{Claim, EntryKind, LedgerEntry, NewPayment, PaymentRow, Tx};
+use crate::store::{Charged, Claim, NewPayment, PaymentRow, Tx};
 use crate::clock;
 
 /// A validated payment request.
@@ -56,51 +56,20 @@ pub async fn create(
 /// The business step of a payment, inside the protocol's transaction.
 pub(crate) async fn charge(tx: &mut Tx, claim: &Claim<'_>, charge: &Charge) -> Result<Decision, ApiError> {
     let account_id = claim.account_id;
-    if let Some(payment_id) = tx.paid_order(account_id, &charge.order_id).await? {
-        let mut problem = Problem::new(
-            409,
-            ErrorCode::OrderAlreadyPaid,
-            format!("order {} is already paid by payment {payment_id}", charge.order_id),
-        );
-        problem.payment_id = Some(payment_id);
-        return Ok(Decision::Respond(StoredResponse::problem(&problem)));
-    }
-
-    let Some(balance) = tx.debit(account_id, charge.amount).await? else {
-        let balance = tx.balance(account_id).await?;
-        let mut problem = Problem::new(
-            402,
-            ErrorCode::InsufficientFunds,
-            format!("the balance {balance} is less than the amount {}", charge.amount),
-        );
-        problem.balance = Some(balance);
-        return Ok(Decision::Respond(StoredResponse::problem(&problem)));
-    };
-
     let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
     let new_payment = NewPayment {
         payment_id: &payment_id,
         order_id: &charge.order_id,
         amount: charge.amount,
         currency: &charge.currency,
-        balance_after: balance,
     };
-    if !tx.insert_payment(claim, &new_payment).await? {
+    let balance = match tx.charge(claim, &new_payment).await? {
+        Charged::Debited { balance } => balance,
         // A payment of this order under another key committed after our check: the unique
         // index caught it. Undo the debit by rolling back; the next attempt answers 409.
-        return Ok(Decision::Restart);
-    }
-    tx.insert_ledger(&LedgerEntry {
-        account_id,
-        amount: -charge.amount,
-        kind: EntryKind::Payment,
-        claim: Some(claim),
-        payment_id: Some(&payment_id),
-        refund_id: None,
-        created_at: claim.now_ms,
-    })
-    .await?;
-
+        Charged::OrderTaken => return Ok(Decision::Restart),
+        Charged::NotDebited => return declined(tx, account_id, charge).await,
+    };
     let payment = Payment {
         payment_id,
         order_id: charge.order_id.clone(),
@@ -111,6 +80,28 @@ pub(crate) async fn charge(tx: &mut Tx, claim: &Claim<'_>, charge: &Charge) -> R
         created_at: clock::rfc3339(claim.now_ms),
     };
     Ok(Decision::Respond(StoredResponse::json(StatusCode::CREATED, &payment)))
+}
+
+/// Why nothing was debited: the order was paid already (`409`), or the balance is short (`402`).
+/// Both are outcomes, stored under the key.
+async fn declined(tx: &mut Tx, account_id: &str, charge: &Charge) -> Result<Decision, ApiError> {
+    if let Some(payment_id) = tx.paid_order(account_id, &charge.order_id).await? {
+        let mut problem = Problem::new(
+            409,
+            ErrorCode::OrderAlreadyPaid,
+            format!("order {} is already paid by payment {payment_id}", charge.order_id),
+        );
+        problem.payment_id = Some(payment_id);
+        return Ok(Decision::Respond(StoredResponse::problem(&problem)));
+    }
+    let balance = tx.balance(account_id).await?;
+    let mut problem = Problem::new(
+        402,
+        ErrorCode::InsufficientFunds,
+        format!("the balance {balance} is less than the amount {}", charge.amount),
+    );
+    problem.balance = Some(balance);
+    Ok(Decision::Respond(StoredResponse::problem(&problem)))
 }
 
 /// `GET /api/payments/{payment_id}`: only its owner sees it; to anyone else it does not exist.

@@ -26,6 +26,12 @@ struct Args {
     out: String,
     #[arg(long, default_value = "bench/throughput.svg")]
     svg: String,
+    /// Connections per server to PostgreSQL (default: the server's own, 4 per core).
+    #[arg(long)]
+    pool: Option<String>,
+    /// RUST_LOG of the servers under load.
+    #[arg(long, default_value = "info,sqlx=warn")]
+    server_log: String,
 }
 
 /// Accounts the "many accounts" workloads spread over.
@@ -42,13 +48,18 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let server_bin = std::env::current_exe().unwrap().with_file_name("checkout-server-bench");
     let server_bin = server_bin.to_str().unwrap().to_owned();
-    let cluster = checkout_testkit::postgres::cluster();
+    // Durable (fsync on), like SQLite's synchronous=FULL: the comparison is fair.
+    let cluster = checkout_testkit::postgres::durable_cluster();
     eprintln!("PostgreSQL cluster on port {}", cluster.port);
 
-    let pg_db = TestDb::new(Backend::Postgres).await;
-    let pg = Server::start_with(&server_bin, &pg_db, &[("CHECKOUT_DB_POOL_SIZE", "32")]).await;
+    let pg_db = TestDb::on(cluster).await;
+    let mut env = vec![("RUST_LOG", args.server_log.as_str())];
+    if let Some(pool) = &args.pool {
+        env.push(("CHECKOUT_DB_POOL_SIZE", pool.as_str()));
+    }
+    let pg = Server::start_with(&server_bin, &pg_db, &env).await;
     let sqlite_db = TestDb::new(Backend::Sqlite).await;
-    let sqlite = Server::start(&server_bin, &sqlite_db).await;
+    let sqlite = Server::start_with(&server_bin, &sqlite_db, &env).await;
     let pg_tokens = shoppers(&pg, &pg_db, ACCOUNTS).await;
     let sqlite_tokens = shoppers(&sqlite, &sqlite_db, ACCOUNTS).await;
     let hot = &pg_tokens[..1];

@@ -21,7 +21,7 @@ pub fn write(out: &str, svg: &str, levels: &[usize], series: &[Series], storms: 
     writeln!(md, "Written by `scripts/bench` (the `checkout-bench` command) from one run: every figure below was measured side by side, on the same machine, the same throwaway PostgreSQL 15 cluster and the same concurrency levels. Only the ratios mean anything elsewhere.\n").unwrap();
     writeln!(md, "- machine: {cores} cores ({machine}); server, database and load generator share them").unwrap();
     writeln!(md, "- runs: {seconds} s each; service load by `wrk` (Lua `request()`: a fresh `Idempotency-Key` and order per request, amount 1 kopeck), the limit by `pgbench -n -M prepared` running the server's own transaction (`bench/src/load.rs`)").unwrap();
-    writeln!(md, "- \"many accounts\" = 64 accounts; the release build; request logs on (one INFO line per request)\n").unwrap();
+    writeln!(md, "- \"many accounts\" = 64 accounts; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`\n").unwrap();
 
     writeln!(md, "## Ratios\n").unwrap();
     writeln!(md, "| clients | service ÷ pgbench (target ≥ 0.7 at 32) | keyed ÷ un-keyed (target ≥ 0.8) | replays ÷ first executions (target ≥ 2) | one hot ÷ many accounts | SQLite ÷ PostgreSQL |").unwrap();
@@ -93,7 +93,7 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
             chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, colour.filled()))).unwrap();
         }
         if pick == 0 {
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw().unwrap();
+            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::MiddleRight).draw().unwrap();
         }
     }
     root.present().unwrap();

@@ -34,11 +34,14 @@ impl TestDb {
                 let url = format!("sqlite://{}", dir.path().join("checkout.db").display());
                 TestDb { url, _dir: Some(dir) }
             }
-            Backend::Postgres => {
-                let url = postgres::cluster().create_database().await;
-                TestDb { url, _dir: None }
-            }
+            Backend::Postgres => TestDb::on(postgres::cluster()).await,
         }
+    }
+
+    /// A fresh database on this PostgreSQL cluster.
+    pub async fn on(cluster: &postgres::Cluster) -> TestDb {
+        sqlx::any::install_default_drivers();
+        TestDb { url: cluster.create_database().await, _dir: None }
     }
 
     pub async fn connect(&self) -> sqlx::AnyConnection {

@@ -9,13 +9,22 @@ pub struct Cluster {
     pub port: u16,
     pub dir: PathBuf,
     bin: PathBuf,
+    data: PathBuf,
 }
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static DURABLE_CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
-/// The cluster shared by every test of this binary, started on first use.
+/// The cluster shared by every test of this binary, started on first use. Tests kill servers,
+/// never the machine, so it runs without fsync.
 pub fn cluster() -> &'static Cluster {
-    CLUSTER.get_or_init(Cluster::start)
+    CLUSTER.get_or_init(|| Cluster::start(false))
+}
+
+/// A cluster with PostgreSQL's durable defaults (fsync on), for measurements that compare it
+/// with SQLite's `synchronous=FULL`, and for crash campaigns.
+pub fn durable_cluster() -> &'static Cluster {
+    DURABLE_CLUSTER.get_or_init(|| Cluster::start(true))
 }
 
 fn bin_dir() -> PathBuf {
@@ -56,7 +65,7 @@ pub fn free_port() -> u16 {
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    fn start(durable: bool) -> Cluster {
         let bin = bin_dir();
         let dir = tempfile::Builder::new().prefix("checkout-pg-").tempdir().unwrap().keep();
         if is_root() {
@@ -71,19 +80,25 @@ impl Cluster {
             .expect("initdb runs");
         assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         let port = free_port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 \
-             -c fsync=off -c full_page_writes=off",
+        // In postgresql.conf, not on the command line, so that a restart keeps them.
+        let speed = if durable { "" } else { "fsync = off\nfull_page_writes = off\n" };
+        let settings = format!(
+            "port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = '127.0.0.1'\n\
+             max_connections = 300\n{speed}",
             dir.display()
         );
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("initdb wrote postgresql.conf");
+        text.push_str(&settings);
+        std::fs::write(&conf, text).unwrap();
         let out = pg_command(&bin, "pg_ctl")
             .args(["-D"]).arg(&data)
-            .args(["-o", &options, "-l"]).arg(dir.join("server.log"))
+            .args(["-l"]).arg(dir.join("server.log"))
             .args(["-w", "-t", "60", "start"])
             .output()
             .expect("pg_ctl runs");
         assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
-        let cluster = Cluster { port, dir, bin };
+        let cluster = Cluster { port, dir, bin, data };
         cluster.stop_when_tests_exit();
         cluster
     }
@@ -109,6 +124,19 @@ impl Cluster {
             .expect("the cluster's watcher starts");
         #[allow(clippy::zombie_processes)]
         std::mem::forget(_watcher);
+    }
+
+    /// `pg_ctl stop -m immediate` then start again: a database crash, as the WAL sees it.
+    pub fn crash_and_restart(&self) {
+        let out = pg_command(&self.bin, "pg_ctl").args(["-D"]).arg(&self.data).args(["-m", "immediate", "stop"]).output().unwrap();
+        assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = pg_command(&self.bin, "pg_ctl")
+            .args(["-D"]).arg(&self.data)
+            .args(["-l"]).arg(self.dir.join("server.log"))
+            .args(["-w", "-t", "60", "start"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     pub fn url(&self, database: &str) -> String {

@@ -168,7 +168,17 @@ pub struct NewPayment<'a> {
     pub order_id: &'a str,
     pub amount: i64,
     pub currency: &'a str,
-    pub balance_after: i64,
+}
+
+/// What a payment's guarded debit did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Charged {
+    /// Debited, with the payment row and its ledger entry written: the new balance.
+    Debited { balance: i64 },
+    /// Nothing moved: the balance is short or the order is already paid.
+    NotDebited,
+    /// Another payment of this order committed after our check: roll back and look again.
+    OrderTaken,
 }
 
 pub struct NewRefund<'a> {
@@ -295,9 +305,49 @@ impl Tx {
             .execute(conn).await.map(|_| ()))
     }
 
-    /// The new balance, or `None` when the balance is short and nothing was debited.
-    pub async fn debit(&mut self, account_id: &str, amount: i64) -> Result<Option<i64>, StoreError> {
-        on_tx!(self, conn => sqlx::query_scalar(sql::DEBIT).bind(account_id).bind(amount).fetch_optional(conn).await)
+    /// A payment's guarded debit, its payment row and its ledger entry.
+    pub async fn charge(&mut self, claim: &Claim<'_>, payment: &NewPayment<'_>) -> Result<Charged, StoreError> {
+        match self {
+            Tx::Postgres(tx) => {
+                let (balance, inserted): (Option<i64>, i64) = sqlx::query_as(postgres::CHARGE)
+                    .bind(payment.payment_id).bind(claim.account_id).bind(payment.amount)
+                    .bind(payment.order_id).bind(payment.currency).bind(claim.key)
+                    .bind(&claim.claim_id).bind(claim.now_ms)
+                    .fetch_one(&mut **tx).await.map_err(postgres::classify)?;
+                Ok(match (balance, inserted) {
+                    (None, _) => Charged::NotDebited,
+                    (Some(_), 0) => Charged::OrderTaken,
+                    (Some(balance), _) => Charged::Debited { balance },
+                })
+            }
+            // SQLite runs one writer at a time, so three statements cost no lock time; it
+            // has no data-modifying CTEs either.
+            Tx::Sqlite(_) => {
+                let debited: Option<i64> = on_tx!(self, conn => sqlx::query_scalar(sql::DEBIT_FOR_ORDER)
+                    .bind(claim.account_id).bind(payment.amount).bind(payment.order_id)
+                    .fetch_optional(conn).await)?;
+                let Some(balance) = debited else { return Ok(Charged::NotDebited) };
+                let inserted = on_tx!(self, conn => sqlx::query(sql::INSERT_PAYMENT)
+                    .bind(payment.payment_id).bind(claim.account_id).bind(payment.order_id)
+                    .bind(payment.amount).bind(payment.currency).bind(balance)
+                    .bind(claim.key).bind(claim.now_ms)
+                    .execute(conn).await.map(|r| r.rows_affected()))?;
+                if inserted == 0 {
+                    return Ok(Charged::OrderTaken);
+                }
+                self.insert_ledger(&LedgerEntry {
+                    account_id: claim.account_id,
+                    amount: -payment.amount,
+                    kind: EntryKind::Payment,
+                    claim: Some(claim),
+                    payment_id: Some(payment.payment_id),
+                    refund_id: None,
+                    created_at: claim.now_ms,
+                })
+                .await?;
+                Ok(Charged::Debited { balance })
+            }
+        }
     }
 
     pub async fn credit(&mut self, account_id: &str, amount: i64) -> Result<i64, StoreError> {
@@ -319,16 +369,6 @@ impl Tx {
 
     pub async fn paid_order(&mut self, account_id: &str, order_id: &str) -> Result<Option<String>, StoreError> {
         on_tx!(self, conn => sqlx::query_scalar(sql::PAID_ORDER).bind(account_id).bind(order_id).fetch_optional(conn).await)
-    }
-
-    /// `false` when another payment of the same order committed first.
-    pub async fn insert_payment(&mut self, claim: &Claim<'_>, payment: &NewPayment<'_>) -> Result<bool, StoreError> {
-        let inserted = on_tx!(self, conn => sqlx::query(sql::INSERT_PAYMENT)
-            .bind(payment.payment_id).bind(claim.account_id).bind(payment.order_id)
-            .bind(payment.amount).bind(payment.currency).bind(payment.balance_after)
-            .bind(claim.key).bind(claim.now_ms)
-            .execute(conn).await.map(|r| r.rows_affected()))?;
-        Ok(inserted == 1)
     }
 
     pub async fn payment(&mut self, account_id: &str, payment_id: &str) -> Result<Option<PaymentRow>, StoreError> {

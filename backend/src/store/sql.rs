@@ -38,10 +38,14 @@ pub const INSERT_ACCOUNT: &str = "\
     INSERT INTO accounts (account_id, token_hash, currency, balance, created_at) \
     VALUES ($1, $2, $3, $4, $5)";
 
-/// The guarded debit: touches no row when the balance is short, so it can never go negative.
-pub const DEBIT: &str = "\
+/// The guarded debit of a payment: touches no row when the balance is short (so it can never
+/// go negative) or the order is already paid. The order check here only saves a round trip;
+/// the unique index on payments is what settles a race between two orders.
+pub const DEBIT_FOR_ORDER: &str = "\
     UPDATE accounts SET balance = balance - $2 \
-     WHERE account_id = $1 AND balance >= $2 RETURNING balance";
+     WHERE account_id = $1 AND balance >= $2 \
+       AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = $1 AND order_id = $3) \
+    RETURNING balance";
 
 pub const CREDIT: &str =
     "UPDATE accounts SET balance = balance + $2 WHERE account_id = $1 RETURNING balance";
