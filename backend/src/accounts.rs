@@ -50,7 +50,10 @@ impl FromRequestParts<AppState> for Principal {
             .account_by_token_hash(&hash)
             .await?
             .ok_or(ApiError::Unauthorized)?;
-        let principal = Principal { account_id, currency };
+        let principal = Principal {
+            account_id,
+            currency,
+        };
         app.principals.put(hash, principal.clone());
         Ok(principal)
     }
@@ -95,27 +98,48 @@ pub fn token_hash(token: &str) -> String {
 }
 
 /// `GET /api/account`
-pub async fn get(State(app): State<AppState>, principal: Principal) -> Result<Json<Account>, ApiError> {
+pub async fn get(
+    State(app): State<AppState>,
+    principal: Principal,
+) -> Result<Json<Account>, ApiError> {
     let row = app
         .store
         .account(&principal.account_id)
         .await?
         .ok_or(ApiError::Unauthorized)?;
-    Ok(Json(Account { account_id: row.account_id, balance: row.balance, currency: row.currency }))
+    Ok(Json(Account {
+        account_id: row.account_id,
+        balance: row.balance,
+        currency: row.currency,
+    }))
 }
 
 /// `POST /api/demo/session`: a fresh account with its opening credit, in one transaction so
 /// that balance == sum(ledger) holds from its first moment.
-pub async fn create_demo_session(State(app): State<AppState>) -> Result<Json<DemoSession>, ApiError> {
+pub async fn create_demo_session(
+    State(app): State<AppState>,
+) -> Result<Json<DemoSession>, ApiError> {
     if !app.demo {
-        return Err(ApiError::NotFound("demo mode is off (set CHECKOUT_DEMO=1)".into()));
+        return Err(ApiError::NotFound(
+            "demo mode is off (set CHECKOUT_DEMO=1)".into(),
+        ));
     }
     let account_id = format!("acc_{}", uuid::Uuid::new_v4().simple());
-    let token = format!("tok_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let token = format!(
+        "tok_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
     let now_ms = clock::now_ms();
     let mut tx = app.store.begin().await?;
-    tx.insert_account(&account_id, &token_hash(&token), DEFAULT_CURRENCY, DEMO_OPENING_BALANCE, now_ms)
-        .await?;
+    tx.insert_account(
+        &account_id,
+        &token_hash(&token),
+        DEFAULT_CURRENCY,
+        DEMO_OPENING_BALANCE,
+        now_ms,
+    )
+    .await?;
     tx.insert_ledger(&LedgerEntry {
         account_id: &account_id,
         amount: DEMO_OPENING_BALANCE,

@@ -9,12 +9,12 @@ use checkout_shared::CreatePayment;
 
 use crate::AppState;
 use crate::accounts::Principal;
+use crate::clock;
 use crate::error::ApiError;
 use crate::http::JsonBody;
 use crate::idempotency::Decision;
 use crate::payments::{self, Charge};
 use crate::store::Claim;
-use crate::clock;
 
 pub async fn unkeyed_payment(
     State(app): State<AppState>,
@@ -34,7 +34,12 @@ pub async fn unkeyed_payment(
     match payments::charge(&mut tx, &claim, &charge).await? {
         Decision::Respond(response) => {
             tx.commit().await?;
-            Ok((response.status, [("content-type", "application/json")], response.body).into_response())
+            Ok((
+                response.status,
+                [("content-type", "application/json")],
+                response.body,
+            )
+                .into_response())
         }
         Decision::Restart => Ok(StatusCode::CONFLICT.into_response()),
     }

@@ -5,14 +5,23 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{ArgAction, Parser, builder::BoolishValueParser};
 
 #[derive(Clone, Debug, Parser)]
-#[command(name = "checkout-server", version, about = "The idempotent checkout server")]
+#[command(
+    name = "checkout-server",
+    version,
+    about = "The idempotent checkout server"
+)]
 pub struct Config {
     /// `sqlite://FILE` (created if missing) or `postgres://…`; migrations run at start.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://checkout.db")]
     pub database_url: String,
 
     /// Address to listen on; port 0 picks a free port.
-    #[arg(long = "addr", alias = "checkout-addr", env = "CHECKOUT_ADDR", default_value = "127.0.0.1:3000")]
+    #[arg(
+        long = "addr",
+        alias = "checkout-addr",
+        env = "CHECKOUT_ADDR",
+        default_value = "127.0.0.1:3000"
+    )]
     pub addr: SocketAddr,
 
     /// Demo mode: `POST /api/demo/session` hands out fresh shoppers holding 1 000,00 ₽.
@@ -22,7 +31,12 @@ pub struct Config {
     pub demo: bool,
 
     /// The built widget, served at `/` when the directory exists.
-    #[arg(long = "static-dir", alias = "checkout-static-dir", env = "CHECKOUT_STATIC_DIR", default_value = "dist")]
+    #[arg(
+        long = "static-dir",
+        alias = "checkout-static-dir",
+        env = "CHECKOUT_STATIC_DIR",
+        default_value = "dist"
+    )]
     pub static_dir: PathBuf,
 
     /// How long an idempotency key is kept; after that it is a new key.

@@ -21,9 +21,13 @@ pub enum ApiError {
     NotFound(String),
     #[error("the request body is larger than 1 MiB")]
     PayloadTooLarge,
-    #[error("this Idempotency-Key was first used with a different request; make a new key for a new request")]
+    #[error(
+        "this Idempotency-Key was first used with a different request; make a new key for a new request"
+    )]
     KeyReused,
-    #[error("a request with this Idempotency-Key is still executing; retry it shortly with the same key")]
+    #[error(
+        "a request with this Idempotency-Key is still executing; retry it shortly with the same key"
+    )]
     KeyInUse,
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -35,15 +39,21 @@ impl ApiError {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
-            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
-            ApiError::KeyReused => {
-                (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::IdempotencyKeyReused)
+            ApiError::PayloadTooLarge => {
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
             }
+            ApiError::KeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::IdempotencyKeyReused,
+            ),
             ApiError::KeyInUse => (StatusCode::CONFLICT, ErrorCode::IdempotencyKeyInUse),
             ApiError::Store(StoreError::Other(_)) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError)
             }
-            ApiError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ServiceUnavailable),
+            ApiError::Store(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServiceUnavailable,
+            ),
         }
     }
 }
@@ -65,9 +75,10 @@ impl IntoResponse for ApiError {
         };
         let mut response = problem_response(&Problem::new(status.as_u16(), code, detail));
         if status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECS),
+            );
         }
         response
     }

@@ -13,6 +13,7 @@
 //! | `delay_after_commit_ms=MS` | every one waits MS after `COMMIT` before answering |
 //! | `fail_after_commit=N` | the first N commit, then answer `503` (the answer is lost) |
 //! | `drop_after_commit=N` | the first N commit, then cut the connection mid-answer |
+//! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
 
 use axum::response::Response;
 
@@ -40,6 +41,7 @@ mod injected {
         delay_after_commit: Duration,
         fail_after_commit: AtomicU64,
         drop_after_commit: AtomicU64,
+        drop_after_commit_percent: u64,
         claims_seen: Mutex<HashMap<String, u64>>,
     }
 
@@ -50,14 +52,22 @@ mod injected {
             let mut faults = Faults::default();
             for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
                 let (name, value) = item.split_once('=').unwrap_or((item, "1"));
-                let value: u64 = value.trim().parse().unwrap_or_else(|_| panic!("CHECKOUT_FAULTS: bad number in {item}"));
+                let value: u64 = value
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("CHECKOUT_FAULTS: bad number in {item}"));
                 match name.trim() {
                     "in_flight_claims" => faults.in_flight_claims = value,
                     "fail_before_commit" => faults.fail_before_commit = AtomicU64::new(value),
-                    "delay_before_commit_ms" => faults.delay_before_commit = Duration::from_millis(value),
-                    "delay_after_commit_ms" => faults.delay_after_commit = Duration::from_millis(value),
+                    "delay_before_commit_ms" => {
+                        faults.delay_before_commit = Duration::from_millis(value)
+                    }
+                    "delay_after_commit_ms" => {
+                        faults.delay_after_commit = Duration::from_millis(value)
+                    }
                     "fail_after_commit" => faults.fail_after_commit = AtomicU64::new(value),
                     "drop_after_commit" => faults.drop_after_commit = AtomicU64::new(value),
+                    "drop_after_commit_percent" => faults.drop_after_commit_percent = value,
                     other => panic!("CHECKOUT_FAULTS: unknown fault {other}"),
                 }
             }
@@ -70,11 +80,15 @@ mod injected {
 
     /// Takes one from a budget of `N` faults; `true` while any is left.
     fn take(budget: &AtomicU64) -> bool {
-        budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     fn unavailable() -> ApiError {
-        ApiError::Store(StoreError::Unavailable(sqlx::Error::Protocol("injected fault".into())))
+        ApiError::Store(StoreError::Unavailable(sqlx::Error::Protocol(
+            "injected fault".into(),
+        )))
     }
 
     pub fn claim_finds_key_in_flight(account_id: &str, key: &str) -> bool {
@@ -91,7 +105,11 @@ mod injected {
     pub async fn before_commit() -> Result<(), ApiError> {
         let faults = faults();
         tokio::time::sleep(faults.delay_before_commit).await;
-        if take(&faults.fail_before_commit) { Err(unavailable()) } else { Ok(()) }
+        if take(&faults.fail_before_commit) {
+            Err(unavailable())
+        } else {
+            Ok(())
+        }
     }
 
     pub async fn after_commit(response: Response) -> Response {
@@ -100,14 +118,21 @@ mod injected {
         if take(&faults.fail_after_commit) {
             return unavailable().into_response();
         }
-        if take(&faults.drop_after_commit) {
+        let by_chance = faults.drop_after_commit_percent > 0
+            && u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 100
+                < faults.drop_after_commit_percent * 256;
+        if take(&faults.drop_after_commit) || by_chance {
             // The status, the headers and a few bytes, then the connection is cut. (With no
             // bytes at all, Chromium silently resends a request that failed on a reused
             // connection, so the page would never see the loss.)
             let (mut parts, _) = response.into_parts();
-            parts.headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from_static("1000"));
+            parts.headers.insert(
+                header::CONTENT_LENGTH,
+                header::HeaderValue::from_static("1000"),
+            );
             use futures_util::StreamExt;
-            let first_bytes = futures_util::stream::once(async { Ok(axum::body::Bytes::from_static(b"{\"pay")) });
+            let first_bytes =
+                futures_util::stream::once(async { Ok(axum::body::Bytes::from_static(b"{\"pay")) });
             let cut = futures_util::stream::once(async {
                 // Let hyper flush the status line, headers and first bytes before the cut.
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -35,7 +35,10 @@ pub fn router(app: AppState, static_dir: &Path) -> Router {
         .route("/api/demo/session", post(accounts::create_demo_session))
         .route("/healthz", get(healthz));
     #[cfg(feature = "bench-routes")]
-    let api = api.route("/api/bench/unkeyed-payments", post(crate::bench::unkeyed_payment));
+    let api = api.route(
+        "/api/bench/unkeyed-payments",
+        post(crate::bench::unkeyed_payment),
+    );
     let api = api.with_state(app);
     let api = if static_dir.is_dir() {
         api.fallback_service(ServeDir::new(static_dir).append_index_html_on_directories(true))
@@ -44,25 +47,31 @@ pub fn router(app: AppState, static_dir: &Path) -> Router {
     };
     // Innermost first: each `layer` wraps everything above it.
     api.layer(RequestBodyLimitLayer::new(BODY_LIMIT_BYTES))
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
         .layer(middleware::map_response(problem_for_bare_errors))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
-            let request_id = request
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-");
-            tracing::info_span!(
-                "request",
-                method = %request.method(),
-                uri = %request.uri(),
-                request_id,
-                idempotency = tracing::field::Empty,
-            )
-        })
-        // One line per request, with its status, latency and idempotency outcome.
-        .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request| {
+                    let request_id = request
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        uri = %request.uri(),
+                        request_id,
+                        idempotency = tracing::field::Empty,
+                    )
+                })
+                // One line per request, with its status, latency and idempotency outcome.
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 
@@ -86,9 +95,18 @@ async fn problem_for_bare_errors(response: Response) -> Response {
     }
     let (code, detail) = match status {
         StatusCode::NOT_FOUND => (ErrorCode::NotFound, "no such resource"),
-        StatusCode::METHOD_NOT_ALLOWED => (ErrorCode::MethodNotAllowed, "this method is not allowed here"),
-        StatusCode::PAYLOAD_TOO_LARGE => (ErrorCode::PayloadTooLarge, "the request body is larger than 1 MiB"),
-        StatusCode::REQUEST_TIMEOUT => (ErrorCode::RequestTimeout, "the request took too long; retry it with the same key"),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            ErrorCode::MethodNotAllowed,
+            "this method is not allowed here",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            ErrorCode::PayloadTooLarge,
+            "the request body is larger than 1 MiB",
+        ),
+        StatusCode::REQUEST_TIMEOUT => (
+            ErrorCode::RequestTimeout,
+            "the request took too long; retry it with the same key",
+        ),
         s if s.is_server_error() => (ErrorCode::InternalError, "internal error"),
         _ => (ErrorCode::InvalidRequest, "the request is invalid"),
     };
@@ -96,7 +114,9 @@ async fn problem_for_bare_errors(response: Response) -> Response {
     // Keep the request id and any other header the layers set.
     for (name, value) in response.headers() {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
-            problem_answer.headers_mut().insert(name.clone(), value.clone());
+            problem_answer
+                .headers_mut()
+                .insert(name.clone(), value.clone());
         }
     }
     problem_answer
@@ -117,7 +137,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
         let is_json = content_type.as_deref().is_some_and(|t| {
             t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"))
         });
@@ -126,13 +152,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                 "send the body as JSON with `Content-Type: application/json`".into(),
             ));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge
-            } else {
-                ApiError::InvalidRequest(rejection.body_text())
-            }
-        })?;
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge
+                } else {
+                    ApiError::InvalidRequest(rejection.body_text())
+                }
+            })?;
         let value = serde_json::from_slice(&bytes)
             .map_err(|error| ApiError::InvalidRequest(format!("invalid JSON body: {error}")))?;
         let canonical = serde_json::from_slice(&bytes)

@@ -16,7 +16,9 @@
 use axum::extract::FromRequestParts;
 use axum::http::{HeaderValue, StatusCode, header, request::Parts};
 use axum::response::{IntoResponse, Response};
-use checkout_shared::{IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey, Problem};
+use checkout_shared::{
+    IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey, Problem,
+};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -57,7 +59,10 @@ pub struct StoredResponse {
 
 impl StoredResponse {
     pub fn json(status: StatusCode, value: &impl Serialize) -> Self {
-        StoredResponse { status, body: serde_json::to_string(value).expect("responses serialize") }
+        StoredResponse {
+            status,
+            body: serde_json::to_string(value).expect("responses serialize"),
+        }
     }
 
     /// A decline that is part of the outcome (`402`, `409 order_already_paid`, …): stored and
@@ -75,7 +80,12 @@ impl StoredResponse {
         } else {
             checkout_shared::PROBLEM_CONTENT_TYPE
         };
-        let mut response = (self.status, [(header::CONTENT_TYPE, content_type)], self.body).into_response();
+        let mut response = (
+            self.status,
+            [(header::CONTENT_TYPE, content_type)],
+            self.body,
+        )
+            .into_response();
         if replayed {
             response
                 .headers_mut()
@@ -151,7 +161,8 @@ pub async fn execute(
         };
 
         // 4–5. The response is stored with the key, and all of it commits at once.
-        tx.complete_key(&claim, response.status.as_u16(), &response.body).await?;
+        tx.complete_key(&claim, response.status.as_u16(), &response.body)
+            .await?;
         faults::before_commit().await?;
         match tx.commit().await {
             Err(StoreError::Retry(_)) => continue,
@@ -177,7 +188,11 @@ fn answer_from_storage(stored: StoredKey, fingerprint: &Fingerprint) -> Result<R
         record_outcome("mismatch");
         return Err(ApiError::KeyReused);
     }
-    match (stored.status.as_str(), stored.response_status, stored.response_body) {
+    match (
+        stored.status.as_str(),
+        stored.response_status,
+        stored.response_body,
+    ) {
         ("done", Some(status), Some(body)) => {
             record_outcome("replay");
             let status = u16::try_from(status)
@@ -289,8 +304,12 @@ mod tests {
     #[test]
     fn field_order_and_whitespace_do_not_change_the_fingerprint() {
         let a: Value = serde_json::from_str(r#"{"order_id":"o-1","amount":300}"#).unwrap();
-        let b: Value = serde_json::from_str("{ \"amount\" : 300,\n \"order_id\" : \"o-1\" }").unwrap();
-        assert_eq!(Fingerprint::of("POST", "/api/payments", &a), Fingerprint::of("POST", "/api/payments", &b));
+        let b: Value =
+            serde_json::from_str("{ \"amount\" : 300,\n \"order_id\" : \"o-1\" }").unwrap();
+        assert_eq!(
+            Fingerprint::of("POST", "/api/payments", &a),
+            Fingerprint::of("POST", "/api/payments", &b)
+        );
         assert_eq!(canonical_json(&a), r#"{"amount":300,"order_id":"o-1"}"#);
     }
 
@@ -298,9 +317,18 @@ mod tests {
     fn values_routes_and_methods_do_change_it() {
         let body = json!({"amount": 300});
         let base = Fingerprint::of("POST", "/api/payments/p1/refunds", &body);
-        assert_ne!(base, Fingerprint::of("POST", "/api/payments/p1/refunds", &json!({"amount": 301})));
-        assert_ne!(base, Fingerprint::of("POST", "/api/payments/p2/refunds", &body));
-        assert_ne!(base, Fingerprint::of("PUT", "/api/payments/p1/refunds", &body));
+        assert_ne!(
+            base,
+            Fingerprint::of("POST", "/api/payments/p1/refunds", &json!({"amount": 301}))
+        );
+        assert_ne!(
+            base,
+            Fingerprint::of("POST", "/api/payments/p2/refunds", &body)
+        );
+        assert_ne!(
+            base,
+            Fingerprint::of("PUT", "/api/payments/p1/refunds", &body)
+        );
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
@@ -332,7 +360,10 @@ mod tests {
                 format!("{{ {} }}", parts.join(" , "))
             }
             Value::Array(items) => {
-                format!("[ {} ]", items.iter().map(reversed).collect::<Vec<_>>().join(" , "))
+                format!(
+                    "[ {} ]",
+                    items.iter().map(reversed).collect::<Vec<_>>().join(" , ")
+                )
             }
             scalar => scalar.to_string(),
         }

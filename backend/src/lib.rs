@@ -41,23 +41,41 @@ pub enum StartError {
     #[error("cannot open the database {url}: {source}")]
     Database { url: String, source: sqlx::Error },
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: std::net::SocketAddr, source: std::io::Error },
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("server error: {0}")]
     Serve(std::io::Error),
 }
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
 pub async fn run(config: Config) -> Result<(), StartError> {
-    let store = Store::connect(&config.database_url, config.db_pool_size(), config.lock_timeout())
-        .await
-        .map_err(|source| StartError::Database { url: config.database_url_redacted(), source })?;
+    let store = Store::connect(
+        &config.database_url,
+        config.db_pool_size(),
+        config.lock_timeout(),
+    )
+    .await
+    .map_err(|source| StartError::Database {
+        url: config.database_url_redacted(),
+        source,
+    })?;
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
-        .map_err(|source| StartError::Listen { addr: config.addr, source })?;
+        .map_err(|source| StartError::Listen {
+            addr: config.addr,
+            source,
+        })?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
 
     let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
-    let app = AppState { store, principals: Arc::default(), key_ttl: config.key_ttl(), demo: config.demo };
+    let app = AppState {
+        store,
+        principals: Arc::default(),
+        key_ttl: config.key_ttl(),
+        demo: config.demo,
+    };
     let router = http::router(app, &config.static_dir);
 
     tracing::info!(

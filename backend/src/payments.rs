@@ -11,11 +11,11 @@ use checkout_shared::{
 
 use crate::AppState;
 use crate::accounts::Principal;
+use crate::clock;
 use crate::error::ApiError;
 use crate::http::JsonBody;
 use crate::idempotency::{self, Decision, Fingerprint, Operation, RequiredKey, StoredResponse};
 use crate::store::{Charged, Claim, NewPayment, PaymentRow, Tx};
-use crate::clock;
 
 /// A validated payment request.
 #[derive(Debug)]
@@ -26,10 +26,15 @@ pub struct Charge {
 }
 
 impl Charge {
-    pub(crate) fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
+    pub(crate) fn validate(
+        principal: &Principal,
+        request: CreatePayment,
+    ) -> Result<Charge, ApiError> {
         validate_order_id(&request.order_id).map_err(ApiError::InvalidRequest)?;
         validate_amount(request.amount).map_err(ApiError::InvalidRequest)?;
-        let currency = request.currency.unwrap_or_else(|| principal.currency.clone());
+        let currency = request
+            .currency
+            .unwrap_or_else(|| principal.currency.clone());
         validate_currency(&currency).map_err(ApiError::InvalidRequest)?;
         if currency != principal.currency {
             return Err(ApiError::InvalidRequest(format!(
@@ -37,7 +42,11 @@ impl Charge {
                 principal.currency
             )));
         }
-        Ok(Charge { order_id: request.order_id, amount: request.amount, currency })
+        Ok(Charge {
+            order_id: request.order_id,
+            amount: request.amount,
+            currency,
+        })
     }
 }
 
@@ -50,11 +59,22 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let fingerprint = Fingerprint::of("POST", "/api/payments", &body.canonical);
     let charge = Charge::validate(&principal, body.value)?;
-    idempotency::execute(&app, &principal, &key, &fingerprint, &Operation::Charge(charge)).await
+    idempotency::execute(
+        &app,
+        &principal,
+        &key,
+        &fingerprint,
+        &Operation::Charge(charge),
+    )
+    .await
 }
 
 /// The business step of a payment, inside the protocol's transaction.
-pub(crate) async fn charge(tx: &mut Tx, claim: &Claim<'_>, charge: &Charge) -> Result<Decision, ApiError> {
+pub(crate) async fn charge(
+    tx: &mut Tx,
+    claim: &Claim<'_>,
+    charge: &Charge,
+) -> Result<Decision, ApiError> {
     let account_id = claim.account_id;
     let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
     let new_payment = NewPayment {
@@ -79,7 +99,10 @@ pub(crate) async fn charge(tx: &mut Tx, claim: &Claim<'_>, charge: &Charge) -> R
         balance,
         created_at: clock::rfc3339(claim.now_ms),
     };
-    Ok(Decision::Respond(StoredResponse::json(StatusCode::CREATED, &payment)))
+    Ok(Decision::Respond(StoredResponse::json(
+        StatusCode::CREATED,
+        &payment,
+    )))
 }
 
 /// Why nothing was debited: the order was paid already (`409`), or the balance is short (`402`).
@@ -89,7 +112,10 @@ async fn declined(tx: &mut Tx, account_id: &str, charge: &Charge) -> Result<Deci
         let mut problem = Problem::new(
             409,
             ErrorCode::OrderAlreadyPaid,
-            format!("order {} is already paid by payment {payment_id}", charge.order_id),
+            format!(
+                "order {} is already paid by payment {payment_id}",
+                charge.order_id
+            ),
         );
         problem.payment_id = Some(payment_id);
         return Ok(Decision::Respond(StoredResponse::problem(&problem)));
@@ -98,7 +124,10 @@ async fn declined(tx: &mut Tx, account_id: &str, charge: &Charge) -> Result<Deci
     let mut problem = Problem::new(
         402,
         ErrorCode::InsufficientFunds,
-        format!("the balance {balance} is less than the amount {}", charge.amount),
+        format!(
+            "the balance {balance} is less than the amount {}",
+            charge.amount
+        ),
     );
     problem.balance = Some(balance);
     Ok(Decision::Respond(StoredResponse::problem(&problem)))

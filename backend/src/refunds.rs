@@ -32,21 +32,44 @@ pub async fn create(
     let route = format!("/api/payments/{payment_id}/refunds");
     let fingerprint = Fingerprint::of("POST", &route, &body.canonical);
     validate_amount(body.value.amount).map_err(ApiError::InvalidRequest)?;
-    let order = RefundOrder { payment_id, amount: body.value.amount };
-    idempotency::execute(&app, &principal, &key, &fingerprint, &Operation::Refund(order)).await
+    let order = RefundOrder {
+        payment_id,
+        amount: body.value.amount,
+    };
+    idempotency::execute(
+        &app,
+        &principal,
+        &key,
+        &fingerprint,
+        &Operation::Refund(order),
+    )
+    .await
 }
 
 /// The business step of a refund, inside the protocol's transaction.
-pub(crate) async fn refund(tx: &mut Tx, claim: &Claim<'_>, order: &RefundOrder) -> Result<Decision, ApiError> {
+pub(crate) async fn refund(
+    tx: &mut Tx,
+    claim: &Claim<'_>,
+    order: &RefundOrder,
+) -> Result<Decision, ApiError> {
     let account_id = claim.account_id;
-    let Some(refunded_total) = tx.add_refunded(account_id, &order.payment_id, order.amount).await? else {
+    let Some(refunded_total) = tx
+        .add_refunded(account_id, &order.payment_id, order.amount)
+        .await?
+    else {
         // Not stored: an unknown payment is the caller's mistake, not an outcome.
-        let payment = tx.payment(account_id, &order.payment_id).await?.ok_or_else(|| not_found(&order.payment_id))?;
+        let payment = tx
+            .payment(account_id, &order.payment_id)
+            .await?
+            .ok_or_else(|| not_found(&order.payment_id))?;
         let refundable = payment.amount - payment.refunded;
         let mut problem = Problem::new(
             409,
             ErrorCode::RefundExceedsPayment,
-            format!("{} exceeds the {refundable} that remains refundable of payment {}", order.amount, order.payment_id),
+            format!(
+                "{} exceeds the {refundable} that remains refundable of payment {}",
+                order.amount, order.payment_id
+            ),
         );
         problem.payment_id = Some(order.payment_id.clone());
         problem.refundable = Some(refundable);
@@ -55,13 +78,16 @@ pub(crate) async fn refund(tx: &mut Tx, claim: &Claim<'_>, order: &RefundOrder) 
 
     let balance = tx.credit(account_id, order.amount).await?;
     let refund_id = format!("ref_{}", uuid::Uuid::new_v4().simple());
-    tx.insert_refund(claim, &NewRefund {
-        refund_id: &refund_id,
-        payment_id: &order.payment_id,
-        amount: order.amount,
-        refunded_total_after: refunded_total,
-        balance_after: balance,
-    })
+    tx.insert_refund(
+        claim,
+        &NewRefund {
+            refund_id: &refund_id,
+            payment_id: &order.payment_id,
+            amount: order.amount,
+            refunded_total_after: refunded_total,
+            balance_after: balance,
+        },
+    )
     .await?;
     tx.insert_ledger(&LedgerEntry {
         account_id,
@@ -82,5 +108,8 @@ pub(crate) async fn refund(tx: &mut Tx, claim: &Claim<'_>, order: &RefundOrder) 
         balance,
         created_at: clock::rfc3339(claim.now_ms),
     };
-    Ok(Decision::Respond(StoredResponse::json(StatusCode::CREATED, &refund)))
+    Ok(Decision::Respond(StoredResponse::json(
+        StatusCode::CREATED,
+        &refund,
+    )))
 }

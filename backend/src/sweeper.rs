@@ -15,7 +15,10 @@ pub fn spawn(store: Store, key_ttl: Duration, every: Duration) -> JoinHandle<()>
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match store.sweep_expired_keys(clock::now_ms().saturating_sub(ttl_ms)).await {
+            match store
+                .sweep_expired_keys(clock::now_ms().saturating_sub(ttl_ms))
+                .await
+            {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "swept expired idempotency keys"),
                 Err(error) => tracing::warn!(%error, "sweeping expired keys failed; will retry"),

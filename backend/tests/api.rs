@@ -79,7 +79,10 @@ async fn a_request_sent_three_times_debits_once(backend: Backend) {
     for _ in 0..2 {
         let again = shopper.pay(&key, &body).await;
         assert_eq!(again.status, StatusCode::CREATED);
-        assert!(again.replayed(), "a replay is marked Idempotent-Replayed: true");
+        assert!(
+            again.replayed(),
+            "a replay is marked Idempotent-Replayed: true"
+        );
         assert_eq!(again.body, first.body, "a replay is byte-identical");
     }
     assert_eq!(shopper.balance().await, OPENING_BALANCE - 30_000);
@@ -88,7 +91,11 @@ async fn a_request_sent_three_times_debits_once(backend: Backend) {
     assert_eq!(details.status, StatusCode::OK);
     assert_eq!(details.json()["amount"], 30_000);
     assert_eq!(details.json()["refunds"], json!([]));
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM ledger WHERE kind = 'payment'").await, 1);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM ledger WHERE kind = 'payment'")
+            .await,
+        1
+    );
     db.assert_invariants().await;
 }
 
@@ -98,11 +105,17 @@ async fn sixty_four_concurrent_copies_execute_once(backend: Backend) {
     let body = payment("ord-storm", 12_345);
 
     let answers = join_all((0..64).map(|_| shopper.pay(&key, &body))).await;
-    let firsts: Vec<_> = answers.iter().filter(|a| a.status == StatusCode::CREATED && !a.replayed()).collect();
+    let firsts: Vec<_> = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED && !a.replayed())
+        .collect();
     assert_eq!(firsts.len(), 1, "exactly one copy executes");
     for answer in &answers {
         match answer.status {
-            StatusCode::CREATED => assert_eq!(answer.body, firsts[0].body, "every success is the same receipt"),
+            StatusCode::CREATED => assert_eq!(
+                answer.body, firsts[0].body,
+                "every success is the same receipt"
+            ),
             StatusCode::CONFLICT => {
                 answer.assert_problem(409, "idempotency_key_in_use");
                 assert!(answer.headers.contains_key("retry-after"));
@@ -123,11 +136,21 @@ async fn distinct_payments_racing_on_one_account_never_overdraw(backend: Backend
     // 100 000 / 3 000: 33 payments fit, 7 must be declined, whatever the interleaving.
     let answers = join_all((0..40).map(|i| {
         let shopper = shopper.clone();
-        async move { shopper.pay_until_definite(&new_key(), &payment(&format!("ord-{i}"), 3_000)).await }
+        async move {
+            shopper
+                .pay_until_definite(&new_key(), &payment(&format!("ord-{i}"), 3_000))
+                .await
+        }
     }))
     .await;
-    let paid = answers.iter().filter(|a| a.status == StatusCode::CREATED).count();
-    let declined: Vec<_> = answers.iter().filter(|a| a.status == StatusCode::PAYMENT_REQUIRED).collect();
+    let paid = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED)
+        .count();
+    let declined: Vec<_> = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::PAYMENT_REQUIRED)
+        .collect();
     assert_eq!(paid, 33);
     assert_eq!(declined.len(), 7);
     for decline in declined {
@@ -147,7 +170,10 @@ async fn a_decline_is_stored_and_replayed(backend: Backend) {
     assert_eq!(decline.json()["balance"], OPENING_BALANCE);
     let again = shopper.pay(&key, &too_much).await;
     assert_eq!(again.status, StatusCode::PAYMENT_REQUIRED);
-    assert!(again.replayed(), "the decline is the stored outcome of this key");
+    assert!(
+        again.replayed(),
+        "the decline is the stored outcome of this key"
+    );
     assert_eq!(again.body, decline.body);
     assert_eq!(shopper.balance().await, OPENING_BALANCE);
 
@@ -193,10 +219,18 @@ async fn reordered_fields_are_the_same_request(backend: Backend) {
             .body(raw);
         shopper.send(request)
     };
-    let first = send_raw(r#"{"order_id":"ord-7","amount":700,"currency":"RUB"}"#).await.unwrap();
+    let first = send_raw(r#"{"order_id":"ord-7","amount":700,"currency":"RUB"}"#)
+        .await
+        .unwrap();
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
-    let reordered = send_raw("{ \"currency\": \"RUB\",\n  \"amount\": 700, \"order_id\": \"ord-7\" }").await.unwrap();
-    assert!(reordered.replayed(), "field order and whitespace do not make another request");
+    let reordered =
+        send_raw("{ \"currency\": \"RUB\",\n  \"amount\": 700, \"order_id\": \"ord-7\" }")
+            .await
+            .unwrap();
+    assert!(
+        reordered.replayed(),
+        "field order and whitespace do not make another request"
+    );
     assert_eq!(reordered.body, first.body);
     assert_eq!(shopper.balance().await, OPENING_BALANCE - 700);
     db.assert_invariants().await;
@@ -205,7 +239,10 @@ async fn reordered_fields_are_the_same_request(backend: Backend) {
 async fn a_missing_or_malformed_key_is_refused(backend: Backend) {
     let (db, _server, shopper) = setup(backend).await;
     let body = payment("ord-k", 100);
-    let missing = shopper.send(shopper.post("/api/payments", None, &body)).await.unwrap();
+    let missing = shopper
+        .send(shopper.post("/api/payments", None, &body))
+        .await
+        .unwrap();
     missing.assert_problem(400, "invalid_request");
     for bad in ["", "has space", "\"unterminated", &"k".repeat(256)] {
         let answer = shopper.pay(bad, &body).await;
@@ -216,11 +253,25 @@ async fn a_missing_or_malformed_key_is_refused(backend: Backend) {
         "Idempotency-Key",
         reqwest::header::HeaderValue::from_bytes("ключ".as_bytes()).unwrap(),
     );
-    shopper.send(non_ascii).await.unwrap().assert_problem(400, "invalid_request");
-    let two_keys = shopper.post("/api/payments", Some("a"), &body).header("Idempotency-Key", "b");
-    shopper.send(two_keys).await.unwrap().assert_problem(400, "invalid_request");
+    shopper
+        .send(non_ascii)
+        .await
+        .unwrap()
+        .assert_problem(400, "invalid_request");
+    let two_keys = shopper
+        .post("/api/payments", Some("a"), &body)
+        .header("Idempotency-Key", "b");
+    shopper
+        .send(two_keys)
+        .await
+        .unwrap()
+        .assert_problem(400, "invalid_request");
     assert_eq!(shopper.balance().await, OPENING_BALANCE);
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM idempotency_keys").await, 0, "nothing stored");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM idempotency_keys").await,
+        0,
+        "nothing stored"
+    );
 
     // The longest key works, and its quoted Structured-Field form is the same key.
     let longest = "k".repeat(255);
@@ -243,16 +294,29 @@ async fn an_order_is_paid_at_most_once(backend: Backend) {
     twice.assert_problem(409, "order_already_paid");
     assert_eq!(twice.json()["payment_id"], payment_id);
     let replay = shopper.pay(&key, &payment("ord-once", 2_000)).await;
-    assert!(replay.replayed(), "order_already_paid is stored under the key");
+    assert!(
+        replay.replayed(),
+        "order_already_paid is stored under the key"
+    );
     assert_eq!(replay.body, twice.body);
 
     // Many keys racing for one order: one payment.
     let answers = join_all((0..16).map(|_| {
         let shopper = shopper.clone();
-        async move { shopper.pay_until_definite(&new_key(), &payment("ord-race", 1_000)).await }
+        async move {
+            shopper
+                .pay_until_definite(&new_key(), &payment("ord-race", 1_000))
+                .await
+        }
     }))
     .await;
-    assert_eq!(answers.iter().filter(|a| a.status == StatusCode::CREATED).count(), 1);
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a.status == StatusCode::CREATED)
+            .count(),
+        1
+    );
     for answer in answers.iter().filter(|a| a.status != StatusCode::CREATED) {
         answer.assert_problem(409, "order_already_paid");
     }
@@ -286,9 +350,15 @@ async fn refunds_are_replayed_and_capped(backend: Backend) {
     let rest = shopper.refund(&payment_id, &new_key(), 20_000).await;
     assert_eq!(rest.status, StatusCode::CREATED);
     assert_eq!(rest.json()["refunded_total"], 30_000);
-    shopper.refund(&payment_id, &new_key(), 1).await.assert_problem(409, "refund_exceeds_payment");
+    shopper
+        .refund(&payment_id, &new_key(), 1)
+        .await
+        .assert_problem(409, "refund_exceeds_payment");
 
-    let details = shopper.get(&format!("/api/payments/{payment_id}")).await.json();
+    let details = shopper
+        .get(&format!("/api/payments/{payment_id}"))
+        .await
+        .json();
     assert_eq!(details["refunded_total"], 30_000);
     let refunds = details["refunds"].as_array().unwrap();
     assert_eq!(refunds.len(), 2);
@@ -319,11 +389,20 @@ async fn concurrent_refunds_never_over_refund(backend: Backend) {
         }
     }))
     .await;
-    assert_eq!(answers.iter().filter(|a| a.status == StatusCode::CREATED).count(), 15);
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a.status == StatusCode::CREATED)
+            .count(),
+        15
+    );
     for answer in answers.iter().filter(|a| a.status != StatusCode::CREATED) {
         answer.assert_problem(409, "refund_exceeds_payment");
     }
-    let details = shopper.get(&format!("/api/payments/{payment_id}")).await.json();
+    let details = shopper
+        .get(&format!("/api/payments/{payment_id}"))
+        .await
+        .json();
     assert_eq!(details["refunded_total"], 30_000);
     assert_eq!(shopper.balance().await, OPENING_BALANCE);
     db.assert_invariants().await;
@@ -349,15 +428,25 @@ async fn keys_and_payments_belong_to_one_account(backend: Backend) {
     let bobs = bob.pay("shared-key", &body).await;
     assert_eq!(alices.status, StatusCode::CREATED);
     assert_eq!(bobs.status, StatusCode::CREATED);
-    assert!(!bobs.replayed(), "the same key string from another account is another key");
+    assert!(
+        !bobs.replayed(),
+        "the same key string from another account is another key"
+    );
     assert_ne!(alices.json()["payment_id"], bobs.json()["payment_id"]);
 
     let alices_payment = alices.json()["payment_id"].as_str().unwrap().to_owned();
-    bob.get(&format!("/api/payments/{alices_payment}")).await.assert_problem(404, "not_found");
-    bob.refund(&alices_payment, &new_key(), 1_000).await.assert_problem(404, "not_found");
+    bob.get(&format!("/api/payments/{alices_payment}"))
+        .await
+        .assert_problem(404, "not_found");
+    bob.refund(&alices_payment, &new_key(), 1_000)
+        .await
+        .assert_problem(404, "not_found");
     assert_eq!(alice.balance().await, OPENING_BALANCE - 4_000);
     assert_eq!(bob.balance().await, OPENING_BALANCE - 4_000);
-    let details = alice.get(&format!("/api/payments/{alices_payment}")).await.json();
+    let details = alice
+        .get(&format!("/api/payments/{alices_payment}"))
+        .await
+        .json();
     assert_eq!(details["refunded_total"], 0);
     db.assert_invariants().await;
 }
@@ -378,28 +467,136 @@ async fn bad_inputs_are_refused_and_move_no_money(backend: Backend) {
     };
     let json = Some("application/json");
     let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
-        ("invalid JSON", raw("{\"order_id\": ", json), 400, "invalid_request"),
+        (
+            "invalid JSON",
+            raw("{\"order_id\": ", json),
+            400,
+            "invalid_request",
+        ),
         ("not an object", raw("[1, 2]", json), 400, "invalid_request"),
-        ("no content type", raw(r#"{"order_id":"o","amount":1}"#, None), 400, "invalid_request"),
-        ("text/plain", raw(r#"{"order_id":"o","amount":1}"#, Some("text/plain")), 400, "invalid_request"),
-        ("unknown field", raw(r#"{"order_id":"o","amount":1,"tip":5}"#, json), 400, "invalid_request"),
-        ("duplicate field", raw(r#"{"order_id":"o","amount":1,"amount":2}"#, json), 400, "invalid_request"),
-        ("missing amount", raw(r#"{"order_id":"o"}"#, json), 400, "invalid_request"),
-        ("zero", raw(r#"{"order_id":"o","amount":0}"#, json), 400, "invalid_request"),
-        ("negative", raw(r#"{"order_id":"o","amount":-100}"#, json), 400, "invalid_request"),
-        ("fractional", raw(r#"{"order_id":"o","amount":1.5}"#, json), 400, "invalid_request"),
-        ("float form", raw(r#"{"order_id":"o","amount":100.0}"#, json), 400, "invalid_request"),
-        ("exponent", raw(r#"{"order_id":"o","amount":1e3}"#, json), 400, "invalid_request"),
-        ("string", raw(r#"{"order_id":"o","amount":"100"}"#, json), 400, "invalid_request"),
-        ("past 10^12", raw(r#"{"order_id":"o","amount":1000000000001}"#, json), 400, "invalid_request"),
-        ("past i64", raw(r#"{"order_id":"o","amount":99999999999999999999}"#, json), 400, "invalid_request"),
-        ("null amount", raw(r#"{"order_id":"o","amount":null}"#, json), 400, "invalid_request"),
-        ("empty order", raw(r#"{"order_id":"","amount":1}"#, json), 400, "invalid_request"),
-        ("order chars", raw(r#"{"order_id":"a/b","amount":1}"#, json), 400, "invalid_request"),
-        ("order non-ASCII", raw(r#"{"order_id":"заказ","amount":1}"#, json), 400, "invalid_request"),
-        ("order too long", raw(&format!(r#"{{"order_id":"{}","amount":1}}"#, "x".repeat(65)), json), 400, "invalid_request"),
-        ("other currency", raw(r#"{"order_id":"o","amount":1,"currency":"USD"}"#, json), 400, "invalid_request"),
-        ("bad currency", raw(r#"{"order_id":"o","amount":1,"currency":"rubles"}"#, json), 400, "invalid_request"),
+        (
+            "no content type",
+            raw(r#"{"order_id":"o","amount":1}"#, None),
+            400,
+            "invalid_request",
+        ),
+        (
+            "text/plain",
+            raw(r#"{"order_id":"o","amount":1}"#, Some("text/plain")),
+            400,
+            "invalid_request",
+        ),
+        (
+            "unknown field",
+            raw(r#"{"order_id":"o","amount":1,"tip":5}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "duplicate field",
+            raw(r#"{"order_id":"o","amount":1,"amount":2}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "missing amount",
+            raw(r#"{"order_id":"o"}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "zero",
+            raw(r#"{"order_id":"o","amount":0}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "negative",
+            raw(r#"{"order_id":"o","amount":-100}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "fractional",
+            raw(r#"{"order_id":"o","amount":1.5}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "float form",
+            raw(r#"{"order_id":"o","amount":100.0}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "exponent",
+            raw(r#"{"order_id":"o","amount":1e3}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "string",
+            raw(r#"{"order_id":"o","amount":"100"}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "past 10^12",
+            raw(r#"{"order_id":"o","amount":1000000000001}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "past i64",
+            raw(r#"{"order_id":"o","amount":99999999999999999999}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "null amount",
+            raw(r#"{"order_id":"o","amount":null}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "empty order",
+            raw(r#"{"order_id":"","amount":1}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "order chars",
+            raw(r#"{"order_id":"a/b","amount":1}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "order non-ASCII",
+            raw(r#"{"order_id":"заказ","amount":1}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "order too long",
+            raw(
+                &format!(r#"{{"order_id":"{}","amount":1}}"#, "x".repeat(65)),
+                json,
+            ),
+            400,
+            "invalid_request",
+        ),
+        (
+            "other currency",
+            raw(r#"{"order_id":"o","amount":1,"currency":"USD"}"#, json),
+            400,
+            "invalid_request",
+        ),
+        (
+            "bad currency",
+            raw(r#"{"order_id":"o","amount":1,"currency":"rubles"}"#, json),
+            400,
+            "invalid_request",
+        ),
     ];
     for (name, request, status, code) in cases {
         let answer = shopper.send(request).await.unwrap();
@@ -425,25 +622,64 @@ async fn bad_inputs_are_refused_and_move_no_money(backend: Backend) {
     let anonymous = Api::new(&server.base);
     let no_token = anonymous.pay(&key, &payment("o", 1)).await;
     no_token.assert_problem(401, "unauthorized");
-    let wrong = Api { token: Some("tok_wrong".into()), ..anonymous.clone() };
-    wrong.pay(&key, &payment("o", 1)).await.assert_problem(401, "unauthorized");
-    anonymous.get("/api/account").await.assert_problem(401, "unauthorized");
+    let wrong = Api {
+        token: Some("tok_wrong".into()),
+        ..anonymous.clone()
+    };
+    wrong
+        .pay(&key, &payment("o", 1))
+        .await
+        .assert_problem(401, "unauthorized");
+    anonymous
+        .get("/api/account")
+        .await
+        .assert_problem(401, "unauthorized");
     // Refund amounts are checked the same way.
-    shopper.refund("pay_x", &new_key(), 0).await.assert_problem(400, "invalid_request");
+    shopper
+        .refund("pay_x", &new_key(), 0)
+        .await
+        .assert_problem(400, "invalid_request");
     // Wrong method and unknown route are problems too.
-    shopper.get("/api/payments").await.assert_problem(405, "method_not_allowed");
-    shopper.get("/api/nothing-here").await.assert_problem(404, "not_found");
+    shopper
+        .get("/api/payments")
+        .await
+        .assert_problem(405, "method_not_allowed");
+    shopper
+        .get("/api/nothing-here")
+        .await
+        .assert_problem(404, "not_found");
 
-    assert_eq!(shopper.balance().await, OPENING_BALANCE, "no bad request moved money");
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM idempotency_keys").await, 0, "no bad request stored its key");
+    assert_eq!(
+        shopper.balance().await,
+        OPENING_BALANCE,
+        "no bad request moved money"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM idempotency_keys").await,
+        0,
+        "no bad request stored its key"
+    );
     let good = shopper.pay(&key, &payment("o", 1)).await;
-    assert_eq!(good.status, StatusCode::CREATED, "the key is still fresh: {}", good.body);
+    assert_eq!(
+        good.status,
+        StatusCode::CREATED,
+        "the key is still fresh: {}",
+        good.body
+    );
     db.assert_invariants().await;
 }
 
 async fn an_expired_key_is_a_new_key_and_is_swept(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let server = Server::start_with(SERVER, &db, &[("CHECKOUT_KEY_TTL_SECS", "3600"), ("CHECKOUT_SWEEP_SECS", "1")]).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_KEY_TTL_SECS", "3600"),
+            ("CHECKOUT_SWEEP_SECS", "1"),
+        ],
+    )
+    .await;
     let shopper = server.api().shopper().await;
     let key = new_key();
     let first = shopper.pay(&key, &payment("ord-ttl", 1_000)).await;
@@ -451,46 +687,71 @@ async fn an_expired_key_is_a_new_key_and_is_swept(backend: Backend) {
 
     // Age the key past the TTL; a sweep may or may not have run yet: either way it is new.
     let two_hours_ago = support_now_ms() - 2 * 3_600_000;
-    db.execute(&format!("UPDATE idempotency_keys SET created_at = {two_hours_ago}")).await;
+    db.execute(&format!(
+        "UPDATE idempotency_keys SET created_at = {two_hours_ago}"
+    ))
+    .await;
     let again = shopper.pay(&key, &payment("ord-ttl", 1_000)).await;
     assert!(!again.replayed(), "an expired key is not replayed");
     again.assert_problem(409, "order_already_paid"); // the order guards the money on its own
     let reused = shopper.pay(&key, &payment("ord-ttl-2", 1_000)).await;
-    assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY, "the key is live again, for its new request");
+    assert_eq!(
+        reused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the key is live again, for its new request"
+    );
 
     // The sweeper deletes expired keys; ledger and payments stay.
-    db.execute(&format!("UPDATE idempotency_keys SET created_at = {two_hours_ago}")).await;
+    db.execute(&format!(
+        "UPDATE idempotency_keys SET created_at = {two_hours_ago}"
+    ))
+    .await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while db.scalar("SELECT COUNT(*) FROM idempotency_keys").await > 0 {
-        assert!(std::time::Instant::now() < deadline, "the sweeper did not delete the expired key");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweeper did not delete the expired key"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, 1);
     let fresh = shopper.pay(&key, &payment("ord-ttl-2", 1_000)).await;
-    assert_eq!(fresh.status, StatusCode::CREATED, "a swept key is a new key: {}", fresh.body);
+    assert_eq!(
+        fresh.status,
+        StatusCode::CREATED,
+        "a swept key is a new key: {}",
+        fresh.body
+    );
     assert_eq!(shopper.balance().await, OPENING_BALANCE - 2_000);
     db.assert_invariants_after_key_reuse().await;
 }
 
 fn support_now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
     let db = TestDb::new(backend).await;
     let mut server = Server::start(SERVER, &db).await;
     let shopper = server.api().shopper().await;
-    let requests: Vec<(String, Value)> =
-        (0..300).map(|i| (new_key(), payment(&format!("ord-k{i}"), 100))).collect();
+    let requests: Vec<(String, Value)> = (0..300)
+        .map(|i| (new_key(), payment(&format!("ord-k{i}"), 100)))
+        .collect();
 
     // Fire all at once; SIGKILL the server as soon as 15 have been acknowledged.
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let enough = Arc::new(tokio::sync::Notify::new());
     let in_flight = join_all(requests.iter().map(|(key, body)| {
-        let (shopper, acknowledged, enough) = (shopper.clone(), acknowledged.clone(), enough.clone());
+        let (shopper, acknowledged, enough) =
+            (shopper.clone(), acknowledged.clone(), enough.clone());
         async move {
             let answer = shopper.try_pay(key, body).await.ok();
-            if answer.as_ref().is_some_and(|a| a.status == StatusCode::CREATED)
+            if answer
+                .as_ref()
+                .is_some_and(|a| a.status == StatusCode::CREATED)
                 && acknowledged.fetch_add(1, Ordering::SeqCst) + 1 == 15
             {
                 enough.notify_one();
@@ -504,7 +765,10 @@ async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
     };
     let (answers, ()) = futures::join!(in_flight, killer);
     let seen: Vec<_> = answers.into_iter().collect();
-    let acked = seen.iter().filter(|a| a.as_ref().is_some_and(|a| a.status == StatusCode::CREATED)).count();
+    let acked = seen
+        .iter()
+        .filter(|a| a.as_ref().is_some_and(|a| a.status == StatusCode::CREATED))
+        .count();
     let cut = seen.iter().filter(|a| a.is_none()).count();
     eprintln!("{backend:?}: {acked} acknowledged before SIGKILL, {cut} cut off in flight");
     assert!(acked >= 15);
@@ -518,12 +782,19 @@ async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
         let after = shopper.pay_until_definite(key, body).await;
         assert_eq!(after.status, StatusCode::CREATED, "{}", after.body);
         if let Some(before) = before.as_ref().filter(|a| a.status == StatusCode::CREATED) {
-            assert_eq!(after.body, before.body, "an acknowledged payment replays exactly");
+            assert_eq!(
+                after.body, before.body,
+                "an acknowledged payment replays exactly"
+            );
             assert!(after.replayed());
         }
         debited += 100;
     }
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, 300, "every key charged exactly once");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM payments").await,
+        300,
+        "every key charged exactly once"
+    );
     assert_eq!(shopper.balance().await, OPENING_BALANCE - debited);
     db.assert_invariants().await;
 }
@@ -538,11 +809,24 @@ async fn health_account_and_demo_mode(backend: Backend) {
     assert_eq!(account["currency"], "RUB");
 
     let no_demo = Server::start_with(SERVER, &db, &[("CHECKOUT_DEMO", "0")]).await;
-    let answer = no_demo.api().send(no_demo.api().http.post(format!("{}/api/demo/session", no_demo.base))).await.unwrap();
+    let answer = no_demo
+        .api()
+        .send(
+            no_demo
+                .api()
+                .http
+                .post(format!("{}/api/demo/session", no_demo.base)),
+        )
+        .await
+        .unwrap();
     answer.assert_problem(404, "not_found");
     // Tokens are stored hashed: the token itself appears nowhere in the database.
     let token = shopper.token.clone().unwrap();
-    let stored = db.scalar(&format!("SELECT COUNT(*) FROM accounts WHERE token_hash = '{token}'")).await;
+    let stored = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM accounts WHERE token_hash = '{token}'"
+        ))
+        .await;
     assert_eq!(stored, 0);
     db.assert_invariants().await;
 }

@@ -23,18 +23,31 @@ impl Run {
 /// What each wrk request sends.
 pub enum Requests<'a> {
     /// A fresh key and order every time, spread over these accounts' tokens.
-    Fresh { path: &'a str, tokens: &'a [String], keyed: bool },
+    Fresh {
+        path: &'a str,
+        tokens: &'a [String],
+        keyed: bool,
+    },
     /// These already-executed (token, key, order) triples again, round robin.
-    Replays { tokens_keys_orders: &'a [(String, String, String)] },
+    Replays {
+        tokens_keys_orders: &'a [(String, String, String)],
+    },
 }
 
 fn lua_list(items: impl Iterator<Item = String>) -> String {
-    items.map(|s| format!("{s:?}")).collect::<Vec<_>>().join(",")
+    items
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn lua_script(requests: &Requests) -> String {
     let request = match requests {
-        Requests::Fresh { path, tokens, keyed } => format!(
+        Requests::Fresh {
+            path,
+            tokens,
+            keyed,
+        } => format!(
             r#"local tokens = {{{tokens}}}
 local keyed = {keyed}
 function request()
@@ -83,20 +96,47 @@ pub fn wrk(base: &str, requests: &Requests, clients: usize, seconds: u64, dir: &
     std::fs::write(&script, lua_script(requests)).unwrap();
     let threads = clients.min(2);
     let out = Command::new("wrk")
-        .args(["-t", &threads.to_string(), "-c", &clients.to_string(), "-d", &format!("{seconds}s")])
+        .args([
+            "-t",
+            &threads.to_string(),
+            "-c",
+            &clients.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+        ])
         .args(["--timeout", "10s", "-s"])
         .arg(&script)
         .arg(base)
         .output()
         .expect("wrk runs (the bench command installs it)");
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with("RESULT ")).unwrap_or_else(|| panic!("wrk said: {text}"));
-    let f: Vec<f64> = line.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
-    Run { requests: f[0] as u64, seconds: f[1] / 1e6, errors: f[2] as u64, p50_ms: f[3] / 1e3, p99_ms: f[4] / 1e3 }
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| panic!("wrk said: {text}"));
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    Run {
+        requests: f[0] as u64,
+        seconds: f[1] / 1e6,
+        errors: f[2] as u64,
+        p50_ms: f[3] / 1e3,
+        p99_ms: f[4] / 1e3,
+    }
 }
 
 /// pgbench running the server's payment transaction, statement for statement, with fresh keys.
-pub fn pgbench(port: u16, database: &str, accounts: usize, clients: usize, seconds: u64, dir: &Path) -> Run {
+pub fn pgbench(
+    port: u16,
+    database: &str,
+    accounts: usize,
+    clients: usize,
+    seconds: u64,
+    dir: &Path,
+) -> Run {
     let script = dir.join("payment.sql");
     std::fs::write(&script, PAYMENT_TRANSACTION).unwrap();
     let logs = dir.join(format!("pgbench-{clients}"));
@@ -104,26 +144,62 @@ pub fn pgbench(port: u16, database: &str, accounts: usize, clients: usize, secon
     let out = Command::new("/usr/lib/postgresql/15/bin/pgbench")
         .args(["-n", "-M", "prepared", "-f"])
         .arg(&script)
-        .args(["-c", &clients.to_string(), "-j", &clients.min(2).to_string(), "-T", &seconds.to_string()])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-T",
+            &seconds.to_string(),
+        ])
         .args(["-D", &format!("accounts={accounts}"), "-l", "--log-prefix"])
         .arg(logs.join("tx"))
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", database])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            database,
+        ])
         .output()
         .expect("pgbench runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "pgbench failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pgbench failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let field = |prefix: &str| -> f64 {
-        let line = text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("pgbench said: {text}"));
-        line.split(['=', ':']).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("pgbench said: {text}"));
+        line.split(['=', ':'])
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
     let processed = field("number of transactions actually processed");
-    let failed = text.lines().find(|l| l.starts_with("number of failed transactions")).map_or(0.0, |_| field("number of failed transactions"));
+    let failed = text
+        .lines()
+        .find(|l| l.starts_with("number of failed transactions"))
+        .map_or(0.0, |_| field("number of failed transactions"));
     // Per-transaction latencies (µs, third column) from pgbench's logs.
     let mut histogram = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     for entry in std::fs::read_dir(&logs).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         for line in text.lines() {
-            if let Some(us) = line.split_whitespace().nth(2).and_then(|v| v.parse::<u64>().ok()) {
+            if let Some(us) = line
+                .split_whitespace()
+                .nth(2)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
                 histogram.record(us).unwrap();
             }
         }

@@ -46,7 +46,9 @@ pub struct Series {
 async fn main() {
     let args = Args::parse();
     let dir = tempfile::tempdir().unwrap();
-    let server_bin = std::env::current_exe().unwrap().with_file_name("checkout-server-bench");
+    let server_bin = std::env::current_exe()
+        .unwrap()
+        .with_file_name("checkout-server-bench");
     let server_bin = server_bin.to_str().unwrap().to_owned();
     // Durable (fsync on), like SQLite's synchronous=FULL: the comparison is fair.
     let cluster = checkout_testkit::postgres::durable_cluster();
@@ -68,35 +70,112 @@ async fn main() {
     // Keys executed once, to be replayed.
     let executed = execute_keys(&pg.api(), &pg_tokens, 2_000).await;
 
-    let mut series: Vec<Series> = ["pgbench (the limit)", "service, keyed", "service, un-keyed", "service, replays",
-        "service, keyed, one hot account", "service, keyed, SQLite"]
-        .into_iter()
-        .map(|name| Series { name, runs: Vec::new() })
-        .collect();
+    let mut series: Vec<Series> = [
+        "pgbench (the limit)",
+        "service, keyed",
+        "service, un-keyed",
+        "service, replays",
+        "service, keyed, one hot account",
+        "service, keyed, SQLite",
+    ]
+    .into_iter()
+    .map(|name| Series {
+        name,
+        runs: Vec::new(),
+    })
+    .collect();
     for &clients in &args.levels {
         let s = args.seconds;
         let d = dir.path();
         let runs = [
             load::pgbench(cluster.port, &limit_db, ACCOUNTS, clients, s, d),
-            load::wrk(&pg.base, &Requests::Fresh { path: "/api/payments", tokens: &pg_tokens, keyed: true }, clients, s, d),
-            load::wrk(&pg.base, &Requests::Fresh { path: "/api/bench/unkeyed-payments", tokens: &pg_tokens, keyed: false }, clients, s, d),
-            load::wrk(&pg.base, &Requests::Replays { tokens_keys_orders: &executed }, clients, s, d),
-            load::wrk(&pg.base, &Requests::Fresh { path: "/api/payments", tokens: hot, keyed: true }, clients, s, d),
-            load::wrk(&sqlite.base, &Requests::Fresh { path: "/api/payments", tokens: &sqlite_tokens, keyed: true }, clients, s, d),
+            load::wrk(
+                &pg.base,
+                &Requests::Fresh {
+                    path: "/api/payments",
+                    tokens: &pg_tokens,
+                    keyed: true,
+                },
+                clients,
+                s,
+                d,
+            ),
+            load::wrk(
+                &pg.base,
+                &Requests::Fresh {
+                    path: "/api/bench/unkeyed-payments",
+                    tokens: &pg_tokens,
+                    keyed: false,
+                },
+                clients,
+                s,
+                d,
+            ),
+            load::wrk(
+                &pg.base,
+                &Requests::Replays {
+                    tokens_keys_orders: &executed,
+                },
+                clients,
+                s,
+                d,
+            ),
+            load::wrk(
+                &pg.base,
+                &Requests::Fresh {
+                    path: "/api/payments",
+                    tokens: hot,
+                    keyed: true,
+                },
+                clients,
+                s,
+                d,
+            ),
+            load::wrk(
+                &sqlite.base,
+                &Requests::Fresh {
+                    path: "/api/payments",
+                    tokens: &sqlite_tokens,
+                    keyed: true,
+                },
+                clients,
+                s,
+                d,
+            ),
         ];
         for (series, run) in series.iter_mut().zip(runs) {
-            eprintln!("{clients:>4} clients  {:<34} {:>8.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
-                series.name, run.throughput(), run.p50_ms, run.p99_ms, run.errors);
+            eprintln!(
+                "{clients:>4} clients  {:<34} {:>8.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
+                series.name,
+                run.throughput(),
+                run.p50_ms,
+                run.p99_ms,
+                run.errors
+            );
             series.runs.push((clients, run));
         }
     }
 
     let storms = vec![
         ("PostgreSQL", storm(&pg, &pg_db, &pg_tokens[0]).await),
-        ("SQLite", storm(&sqlite, &sqlite_db, &sqlite_tokens[0]).await),
+        (
+            "SQLite",
+            storm(&sqlite, &sqlite_db, &sqlite_tokens[0]).await,
+        ),
     ];
-    let peak_rss = [("PostgreSQL", peak_rss_kib(pg.pid())), ("SQLite", peak_rss_kib(sqlite.pid()))];
-    report::write(&args.out, &args.svg, &args.levels, &series, &storms, &peak_rss, args.seconds);
+    let peak_rss = [
+        ("PostgreSQL", peak_rss_kib(pg.pid())),
+        ("SQLite", peak_rss_kib(sqlite.pid())),
+    ];
+    report::write(
+        &args.out,
+        &args.svg,
+        &args.levels,
+        &series,
+        &storms,
+        &peak_rss,
+        args.seconds,
+    );
     eprintln!("wrote {} and {}", args.out, args.svg);
 }
 
@@ -106,7 +185,8 @@ async fn shoppers(server: &Server, db: &TestDb, n: usize) -> Vec<String> {
     for _ in 0..n {
         tokens.push(server.api().shopper().await.token.unwrap());
     }
-    db.execute("UPDATE accounts SET balance = balance + 100000000000").await;
+    db.execute("UPDATE accounts SET balance = balance + 100000000000")
+        .await;
     db.execute("INSERT INTO ledger (account_id, amount, kind, created_at) SELECT account_id, 100000000000, 'opening', 0 FROM accounts").await;
     tokens
 }
@@ -115,7 +195,10 @@ async fn shoppers(server: &Server, db: &TestDb, n: usize) -> Vec<String> {
 async fn limit_database(cluster: &checkout_testkit::postgres::Cluster) -> String {
     let url = cluster.create_database().await;
     let mut conn: sqlx::AnyConnection = sqlx::Connection::connect(&url).await.unwrap();
-    sqlx::raw_sql(include_str!("../../migrations/postgres/0001_checkout.sql")).execute(&mut conn).await.unwrap();
+    sqlx::raw_sql(include_str!("../../migrations/postgres/0001_checkout.sql"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     sqlx::raw_sql(&format!(
         "INSERT INTO accounts (account_id, token_hash, currency, balance, created_at)
            SELECT 'bench-' || i, md5(i::text), 'RUB', 1000000000000, 0 FROM generate_series(1, {ACCOUNTS}) i"
@@ -127,10 +210,21 @@ async fn limit_database(cluster: &checkout_testkit::postgres::Cluster) -> String
 }
 
 async fn execute_keys(api: &Api, tokens: &[String], n: usize) -> Vec<(String, String, String)> {
-    let triples: Vec<_> = (0..n).map(|i| (tokens[i % tokens.len()].clone(), new_key(), format!("replay-{i}"))).collect();
+    let triples: Vec<_> = (0..n)
+        .map(|i| {
+            (
+                tokens[i % tokens.len()].clone(),
+                new_key(),
+                format!("replay-{i}"),
+            )
+        })
+        .collect();
     for chunk in triples.chunks(32) {
         join_all(chunk.iter().map(|(token, key, order)| {
-            let api = Api { token: Some(token.clone()), ..api.clone() };
+            let api = Api {
+                token: Some(token.clone()),
+                ..api.clone()
+            };
             async move {
                 let answer = api.pay(key, &payment(order, 1)).await;
                 assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
@@ -154,7 +248,14 @@ pub struct Storm {
 
 /// 1 000 concurrent copies of one request: exactly one debit, and how long the copies took.
 async fn storm(server: &Server, db: &TestDb, token: &str) -> Storm {
-    let api = Api { token: Some(token.to_owned()), http: reqwest::Client::builder().pool_max_idle_per_host(1_000).build().unwrap(), ..server.api() };
+    let api = Api {
+        token: Some(token.to_owned()),
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(1_000)
+            .build()
+            .unwrap(),
+        ..server.api()
+    };
     let key = new_key();
     let body = payment("storm", 1);
     let before = db.scalar("SELECT COUNT(*) FROM payments").await;
@@ -179,9 +280,22 @@ async fn storm(server: &Server, db: &TestDb, token: &str) -> Storm {
         }
     }
     let debits = db.scalar("SELECT COUNT(*) FROM payments").await - before;
-    assert_eq!((firsts, debits), (1, 1), "the storm must execute exactly once");
+    assert_eq!(
+        (firsts, debits),
+        (1, 1),
+        "the storm must execute exactly once"
+    );
     let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
-    Storm { copies: answers.len(), firsts, replays, in_use, debits, p50_ms: ms(0.5), p99_ms: ms(0.99), max_ms: histogram.max() as f64 / 1e3 }
+    Storm {
+        copies: answers.len(),
+        firsts,
+        replays,
+        in_use,
+        debits,
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        max_ms: histogram.max() as f64 / 1e3,
+    }
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -193,4 +307,3 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
-

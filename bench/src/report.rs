@@ -7,19 +7,41 @@ use plotters::prelude::*;
 use crate::{Series, Storm};
 
 fn at(series: &Series, clients: usize) -> Option<f64> {
-    series.runs.iter().find(|(c, _)| *c == clients).map(|(_, r)| r.throughput())
+    series
+        .runs
+        .iter()
+        .find(|(c, _)| *c == clients)
+        .map(|(_, r)| r.throughput())
 }
 
-pub fn write(out: &str, svg: &str, levels: &[usize], series: &[Series], storms: &[(&str, Storm)], rss: &[(&str, u64)], seconds: u64) {
+pub fn write(
+    out: &str,
+    svg: &str,
+    levels: &[usize],
+    series: &[Series],
+    storms: &[(&str, Storm)],
+    rss: &[(&str, u64)],
+    seconds: u64,
+) {
     let mut md = String::new();
     let machine = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap().trim().to_owned()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap().trim().to_owned())
+        })
         .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     writeln!(md, "# Benchmarks\n").unwrap();
     writeln!(md, "Written by `scripts/bench` (the `checkout-bench` command) from one run: every figure below was measured side by side, on the same machine, the same throwaway PostgreSQL 15 cluster and the same concurrency levels. Only the ratios mean anything elsewhere.\n").unwrap();
-    writeln!(md, "- machine: {cores} cores ({machine}); server, database and load generator share them").unwrap();
+    writeln!(
+        md,
+        "- machine: {cores} cores ({machine}); server, database and load generator share them"
+    )
+    .unwrap();
     writeln!(md, "- runs: {seconds} s each; service load by `wrk` (Lua `request()`: a fresh `Idempotency-Key` and order per request, amount 1 kopeck), the limit by `pgbench -n -M prepared` running the server's own transaction (`bench/src/load.rs`)").unwrap();
     writeln!(md, "- \"many accounts\" = 64 accounts; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`\n").unwrap();
 
@@ -31,29 +53,70 @@ pub fn write(out: &str, svg: &str, levels: &[usize], series: &[Series], storms: 
         _ => "–".into(),
     };
     for &c in levels {
-        writeln!(md, "| {c} | {} | {} | {} | {} | {} |", ratio(1, 0, c), ratio(1, 2, c), ratio(3, 1, c), ratio(4, 1, c), ratio(5, 1, c)).unwrap();
+        writeln!(
+            md,
+            "| {c} | {} | {} | {} | {} | {} |",
+            ratio(1, 0, c),
+            ratio(1, 2, c),
+            ratio(3, 1, c),
+            ratio(4, 1, c),
+            ratio(5, 1, c)
+        )
+        .unwrap();
     }
 
     writeln!(md, "\n## Throughput and latency\n").unwrap();
-    writeln!(md, "| workload | clients | req/s | p50 ms | p99 ms | errors |").unwrap();
+    writeln!(
+        md,
+        "| workload | clients | req/s | p50 ms | p99 ms | errors |"
+    )
+    .unwrap();
     writeln!(md, "|---|---|---|---|---|---|").unwrap();
     for s in series {
         for (c, r) in &s.runs {
-            writeln!(md, "| {} | {c} | {:.0} | {:.2} | {:.2} | {} |", s.name, r.throughput(), r.p50_ms, r.p99_ms, r.errors).unwrap();
+            writeln!(
+                md,
+                "| {} | {c} | {:.0} | {:.2} | {:.2} | {} |",
+                s.name,
+                r.throughput(),
+                r.p50_ms,
+                r.p99_ms,
+                r.errors
+            )
+            .unwrap();
         }
     }
 
-    writeln!(md, "\n## Duplicate storm: 1 000 concurrent copies of one request\n").unwrap();
+    writeln!(
+        md,
+        "\n## Duplicate storm: 1 000 concurrent copies of one request\n"
+    )
+    .unwrap();
     writeln!(md, "| database | copies | executed | replayed | 409 in use | debits | p50 ms | p99 ms | max ms |").unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|---|").unwrap();
     for (db, s) in storms {
-        writeln!(md, "| {db} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |", s.copies, s.firsts, s.replays, s.in_use, s.debits, s.p50_ms, s.p99_ms, s.max_ms).unwrap();
+        writeln!(
+            md,
+            "| {db} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            s.copies, s.firsts, s.replays, s.in_use, s.debits, s.p50_ms, s.p99_ms, s.max_ms
+        )
+        .unwrap();
     }
     writeln!(md, "\n## Server memory\n").unwrap();
     for (db, kib) in rss {
-        writeln!(md, "- peak RSS of the server on {db} after all its runs: {:.1} MiB", *kib as f64 / 1024.0).unwrap();
+        writeln!(
+            md,
+            "- peak RSS of the server on {db} after all its runs: {:.1} MiB",
+            *kib as f64 / 1024.0
+        )
+        .unwrap();
     }
-    writeln!(md, "\n![throughput and p99 per concurrency level]({})\n", svg.trim_start_matches("./")).unwrap();
+    writeln!(
+        md,
+        "\n![throughput and p99 per concurrency level]({})\n",
+        svg.trim_start_matches("./")
+    )
+    .unwrap();
     std::fs::write(out, md).unwrap();
     chart(svg, levels, series);
 }
@@ -65,8 +128,14 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
     let xs = 0..levels.len().saturating_sub(1).max(1);
     let label = |i: &usize| levels.get(*i).map(|c| c.to_string()).unwrap_or_default();
     let colours = [BLACK, BLUE, GREEN, MAGENTA, RED, CYAN];
-    let max_rps = series.iter().flat_map(|s| s.runs.iter().map(|(_, r)| r.throughput())).fold(1.0, f64::max);
-    let max_p99 = series.iter().flat_map(|s| s.runs.iter().map(|(_, r)| r.p99_ms)).fold(1.0, f64::max);
+    let max_rps = series
+        .iter()
+        .flat_map(|s| s.runs.iter().map(|(_, r)| r.throughput()))
+        .fold(1.0, f64::max);
+    let max_p99 = series
+        .iter()
+        .flat_map(|s| s.runs.iter().map(|(_, r)| r.p99_ms))
+        .fold(1.0, f64::max);
     for (area, title, max, pick) in [
         (&left, "throughput (req/s)", max_rps * 1.1, 0usize),
         (&right, "p99 latency (ms)", max_p99 * 1.1, 1usize),
@@ -78,22 +147,47 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
             .y_label_area_size(56)
             .build_cartesian_2d(xs.clone(), 0.0..max)
             .unwrap();
-        chart.configure_mesh().x_labels(levels.len()).x_label_formatter(&label).x_desc("clients").draw().unwrap();
+        chart
+            .configure_mesh()
+            .x_labels(levels.len())
+            .x_label_formatter(&label)
+            .x_desc("clients")
+            .draw()
+            .unwrap();
         for (s, colour) in series.iter().zip(colours) {
             let points: Vec<(usize, f64)> = s
                 .runs
                 .iter()
-                .filter_map(|(c, r)| levels.iter().position(|l| l == c).map(|i| (i, if pick == 0 { r.throughput() } else { r.p99_ms })))
+                .filter_map(|(c, r)| {
+                    levels
+                        .iter()
+                        .position(|l| l == c)
+                        .map(|i| (i, if pick == 0 { r.throughput() } else { r.p99_ms }))
+                })
                 .collect();
             chart
                 .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
                 .unwrap()
                 .label(s.name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
-            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, colour.filled()))).unwrap();
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
+                });
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, colour.filled())),
+                )
+                .unwrap();
         }
         if pick == 0 {
-            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::MiddleRight).draw().unwrap();
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::MiddleRight)
+                .draw()
+                .unwrap();
         }
     }
     root.present().unwrap();

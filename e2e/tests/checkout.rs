@@ -29,22 +29,57 @@ macro_rules! scenario {
 
 scenario!(double_click_pays_once, "", [Sqlite, Postgres]);
 scenario!(burst_of_five_clicks_pays_once, "", [Sqlite]);
-scenario!(refresh_mid_payment_resumes_the_same_key, "delay_before_commit_ms=1500", [Sqlite, Postgres]);
+scenario!(
+    refresh_mid_payment_resumes_the_same_key,
+    "delay_before_commit_ms=1500",
+    [Sqlite, Postgres]
+);
 scenario!(refresh_after_success_shows_the_same_receipt, "", [Sqlite]);
-scenario!(lost_response_is_retried_and_replayed, "drop_after_commit=1", [Sqlite, Postgres]);
-scenario!(server_error_before_commit_runs_afresh, "fail_before_commit=1", [Sqlite]);
-scenario!(in_flight_duplicate_waits_for_the_first, "in_flight_claims=2", [Sqlite, Postgres]);
-scenario!(second_tab_with_the_same_order_ends_on_one_receipt, "delay_before_commit_ms=1500", [Sqlite, Postgres]);
-scenario!(decline_is_shown_kept_and_a_smaller_purchase_succeeds, "", [Sqlite]);
-scenario!(refund_double_click_credits_once_and_over_refund_is_refused, "", [Sqlite]);
-scenario!(server_killed_while_retrying_ends_on_one_receipt, "delay_after_commit_ms=2500", [Sqlite]);
+scenario!(
+    lost_response_is_retried_and_replayed,
+    "drop_after_commit=1",
+    [Sqlite, Postgres]
+);
+scenario!(
+    server_error_before_commit_runs_afresh,
+    "fail_before_commit=1",
+    [Sqlite]
+);
+scenario!(
+    in_flight_duplicate_waits_for_the_first,
+    "in_flight_claims=2",
+    [Sqlite, Postgres]
+);
+scenario!(
+    second_tab_with_the_same_order_ends_on_one_receipt,
+    "delay_before_commit_ms=1500",
+    [Sqlite, Postgres]
+);
+scenario!(
+    decline_is_shown_kept_and_a_smaller_purchase_succeeds,
+    "",
+    [Sqlite]
+);
+scenario!(
+    refund_double_click_credits_once_and_over_refund_is_refused,
+    "",
+    [Sqlite]
+);
+scenario!(
+    server_killed_while_retrying_ends_on_one_receipt,
+    "delay_after_commit_ms=2500",
+    [Sqlite]
+);
 
 /// What every scenario ends with: one payment of the cart, the receipt on screen, the ledger
 /// consistent.
 async fn assert_paid_once(c: &Checkout) -> String {
     let payment_id = c.wait_for_text(".payment-id", "pay_").await;
     assert_eq!(c.count(".receipt").await, 1, "one receipt");
-    assert_eq!(c.wait_for_text(".receipt-amount", "450,00").await, "450,00 ₽");
+    assert_eq!(
+        c.wait_for_text(".receipt-amount", "450,00").await,
+        "450,00 ₽"
+    );
     let api = c.api().await;
     assert_eq!(api.balance().await, OPENING_BALANCE - CART, "debited once");
     let payment = api.get(&format!("/api/payments/{payment_id}")).await;
@@ -62,7 +97,11 @@ async fn double_click_pays_once(c: Checkout) -> Checkout {
     assert_paid_once(&c).await;
     assert_eq!(c.payment_key().await, key, "the intent kept its key");
     let outcomes = c.payment_outcomes();
-    assert_eq!(outcomes.iter().filter(|o| *o == "first").count(), 1, "{outcomes:?}");
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "first").count(),
+        1,
+        "{outcomes:?}"
+    );
     c
 }
 
@@ -78,12 +117,23 @@ async fn refresh_mid_payment_resumes_the_same_key(c: Checkout) -> Checkout {
     let key = c.payment_key().await;
     c.click("button.pay", 1).await;
     c.wait_for_text(".status", "Оплачиваем").await;
-    assert_eq!(c.payments_in_db().await, 0, "the server is still holding the payment");
+    assert_eq!(
+        c.payments_in_db().await,
+        0,
+        "the server is still holding the payment"
+    );
     c.reload().await;
     let receipt = assert_paid_once(&c).await;
-    assert_eq!(c.payment_key().await, key, "the reload resent the same key, never a new one");
+    assert_eq!(
+        c.payment_key().await,
+        key,
+        "the reload resent the same key, never a new one"
+    );
     let saved = c.saved_state().await;
-    assert_eq!(saved["payment"]["phase"]["succeeded"]["receipt"]["payment_id"], receipt.as_str());
+    assert_eq!(
+        saved["payment"]["phase"]["succeeded"]["receipt"]["payment_id"],
+        receipt.as_str()
+    );
     c
 }
 
@@ -91,19 +141,37 @@ async fn refresh_after_success_shows_the_same_receipt(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
     let receipt = assert_paid_once(&c).await;
-    let (key, order) = (c.payment_key().await, c.saved_state().await["payment"]["request"]["order_id"].clone());
+    let (key, order) = (
+        c.payment_key().await,
+        c.saved_state().await["payment"]["request"]["order_id"].clone(),
+    );
 
     c.reload().await;
-    assert_eq!(c.wait_for_text(".payment-id", "pay_").await, receipt, "the same receipt after a refresh");
+    assert_eq!(
+        c.wait_for_text(".payment-id", "pay_").await,
+        receipt,
+        "the same receipt after a refresh"
+    );
     assert_eq!(c.payment_outcomes().len(), 1, "the refresh sent nothing");
     assert_paid_once(&c).await;
 
     c.click("button.new-purchase", 1).await;
     c.wait_for("button.pay").await;
     let next = c.saved_state().await;
-    assert_ne!(next["payment"]["key"].as_str().unwrap(), key, "a new purchase has a new key");
-    assert_ne!(next["payment"]["request"]["order_id"], order, "and a new order");
-    assert_eq!(c.payments_in_db().await, 1, "starting a purchase moves no money");
+    assert_ne!(
+        next["payment"]["key"].as_str().unwrap(),
+        key,
+        "a new purchase has a new key"
+    );
+    assert_ne!(
+        next["payment"]["request"]["order_id"], order,
+        "and a new order"
+    );
+    assert_eq!(
+        c.payments_in_db().await,
+        1,
+        "starting a purchase moves no money"
+    );
     c
 }
 
@@ -112,8 +180,17 @@ async fn lost_response_is_retried_and_replayed(c: Checkout) -> Checkout {
     c.click("button.pay", 1).await;
     assert_paid_once(&c).await;
     let statuses = c.statuses().await;
-    assert!(statuses.iter().any(|s| s == "Соединение потеряно, повторяем… (попытка 2)"), "{statuses:?}");
-    assert_eq!(c.payment_outcomes(), ["first", "replay"], "the retry got the stored response");
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s == "Соединение потеряно, повторяем… (попытка 2)"),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        c.payment_outcomes(),
+        ["first", "replay"],
+        "the retry got the stored response"
+    );
     c
 }
 
@@ -122,7 +199,12 @@ async fn server_error_before_commit_runs_afresh(c: Checkout) -> Checkout {
     c.click("button.pay", 1).await;
     assert_paid_once(&c).await;
     let statuses = c.statuses().await;
-    assert!(statuses.iter().any(|s| s == "Сервер не ответил, повторяем… (попытка 2)"), "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s == "Сервер не ответил, повторяем… (попытка 2)"),
+        "{statuses:?}"
+    );
     // The 503 rolled everything back, so the retry was a first execution, not a replay.
     assert_eq!(c.payment_outcomes(), ["none", "first"]);
     c
@@ -133,7 +215,10 @@ async fn in_flight_duplicate_waits_for_the_first(c: Checkout) -> Checkout {
     c.click("button.pay", 1).await;
     assert_paid_once(&c).await;
     let statuses = c.statuses().await;
-    assert!(statuses.iter().any(|s| s == "Платёж выполняется, ждём…"), "{statuses:?}");
+    assert!(
+        statuses.iter().any(|s| s == "Платёж выполняется, ждём…"),
+        "{statuses:?}"
+    );
     assert_eq!(c.payment_outcomes(), ["conflict", "conflict", "first"]);
     c
 }
@@ -147,14 +232,33 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
     // in flight. It resends the same key while the first tab's request is still executing.
     let first_tab = c.browser.window().await.unwrap();
     c.js("window.open(location.href, '_blank');").await;
-    let second_tab = c.browser.windows().await.unwrap().into_iter().find(|w| *w != first_tab).expect("a second tab");
+    let second_tab = c
+        .browser
+        .windows()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|w| *w != first_tab)
+        .expect("a second tab");
     c.browser.switch_to_window(second_tab).await.unwrap();
     let receipt = assert_paid_once(&c).await;
-    assert_eq!(c.payment_key().await, key, "the second tab used the first tab's key");
+    assert_eq!(
+        c.payment_key().await,
+        key,
+        "the second tab used the first tab's key"
+    );
     c.browser.switch_to_window(first_tab).await.unwrap();
-    assert_eq!(c.wait_for_text(".payment-id", "pay_").await, receipt, "both tabs show the one receipt");
+    assert_eq!(
+        c.wait_for_text(".payment-id", "pay_").await,
+        receipt,
+        "both tabs show the one receipt"
+    );
     let outcomes = c.payment_outcomes();
-    assert_eq!(outcomes.iter().filter(|o| *o == "first").count(), 1, "{outcomes:?}");
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "first").count(),
+        1,
+        "{outcomes:?}"
+    );
     c
 }
 
@@ -162,18 +266,33 @@ async fn decline_is_shown_kept_and_a_smaller_purchase_succeeds(c: Checkout) -> C
     c.open().await;
     // Spend most of the demo balance elsewhere first: 200,00 ₽ are left.
     let api = c.api().await;
-    let elsewhere = api.pay("elsewhere", &json!({"order_id": "ELSEWHERE", "amount": 80_000})).await;
+    let elsewhere = api
+        .pay(
+            "elsewhere",
+            &json!({"order_id": "ELSEWHERE", "amount": 80_000}),
+        )
+        .await;
     assert_eq!(elsewhere.status, StatusCode::CREATED);
 
     c.click("button.pay", 1).await;
-    c.wait_for_text(".declined", "Отказ: недостаточно средств (на счёте 200,00\u{a0}₽)").await;
-    assert_eq!(c.payments_in_db().await, 1, "only the payment made elsewhere");
+    c.wait_for_text(
+        ".declined",
+        "Отказ: недостаточно средств (на счёте 200,00\u{a0}₽)",
+    )
+    .await;
+    assert_eq!(
+        c.payments_in_db().await,
+        1,
+        "only the payment made elsewhere"
+    );
 
     // The same key again gives the same stored decline and moves nothing.
     let state = c.saved_state().await;
     let order = &state["payment"]["request"];
     let body = json!({"order_id": order["order_id"], "amount": CART, "currency": "RUB"});
-    let again = api.pay(state["payment"]["key"].as_str().unwrap(), &body).await;
+    let again = api
+        .pay(state["payment"]["key"].as_str().unwrap(), &body)
+        .await;
     assert_eq!(again.status, StatusCode::PAYMENT_REQUIRED);
     assert!(again.replayed());
     c.reload().await;
@@ -201,14 +320,21 @@ async fn refund_double_click_credits_once_and_over_refund_is_refused(c: Checkout
     c.click("button.pay", 1).await;
     let payment_id = assert_paid_once(&c).await;
 
-    c.js("const i = document.querySelector('#refund-amount'); i.value = '100';
-          i.dispatchEvent(new Event('input', {bubbles: true}));")
-        .await;
+    c.js(
+        "const i = document.querySelector('#refund-amount'); i.value = '100';
+          i.dispatchEvent(new Event('input', {bubbles: true}));",
+    )
+    .await;
     c.click("button.refund-partial", 2).await;
-    c.wait_for_text(".refund-status", "Возвращено 100,00\u{a0}₽").await;
+    c.wait_for_text(".refund-status", "Возвращено 100,00\u{a0}₽")
+        .await;
     assert_eq!(c.count(".refund-line").await, 1, "one refund on screen");
     let api = c.api().await;
-    assert_eq!(api.balance().await, OPENING_BALANCE - CART + 10_000, "credited once");
+    assert_eq!(
+        api.balance().await,
+        OPENING_BALANCE - CART + 10_000,
+        "credited once"
+    );
     let details = api.get(&format!("/api/payments/{payment_id}")).await.json();
     assert_eq!(details["refunds"].as_array().unwrap().len(), 1);
     assert_eq!(details["refunded_total"], 10_000);
@@ -216,11 +342,17 @@ async fn refund_double_click_credits_once_and_over_refund_is_refused(c: Checkout
     // More than the 350,00 ₽ that remain: refused on screen, nothing moves.
     c.click("button.another-refund", 1).await;
     c.wait_for("#refund-amount").await;
-    c.js("const i = document.querySelector('#refund-amount'); i.value = '400';
-          i.dispatchEvent(new Event('input', {bubbles: true}));")
-        .await;
+    c.js(
+        "const i = document.querySelector('#refund-amount'); i.value = '400';
+          i.dispatchEvent(new Event('input', {bubbles: true}));",
+    )
+    .await;
     c.click("button.refund-partial", 1).await;
-    c.wait_for_text(".refund-status", "Нельзя вернуть больше остатка: доступно 350,00\u{a0}₽").await;
+    c.wait_for_text(
+        ".refund-status",
+        "Нельзя вернуть больше остатка: доступно 350,00\u{a0}₽",
+    )
+    .await;
     assert_eq!(api.balance().await, OPENING_BALANCE - CART + 10_000);
     let details = api.get(&format!("/api/payments/{payment_id}")).await.json();
     assert_eq!(details["refunded_total"], 10_000);
@@ -234,13 +366,25 @@ async fn server_killed_while_retrying_ends_on_one_receipt(mut c: Checkout) -> Ch
     // The payment commits; its answer is held back. Kill the server before it is sent.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while c.payments_in_db().await == 0 {
-        assert!(std::time::Instant::now() < deadline, "the payment never committed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the payment never committed"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     c.restart_server_on_same_port().await;
     assert_paid_once(&c).await;
     let statuses = c.statuses().await;
-    assert!(statuses.iter().any(|s| s.starts_with("Соединение потеряно, повторяем…")), "{statuses:?}");
-    assert_eq!(c.payment_outcomes(), ["replay"], "the restarted server replayed the committed payment");
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s.starts_with("Соединение потеряно, повторяем…")),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        c.payment_outcomes(),
+        ["replay"],
+        "the restarted server replayed the committed payment"
+    );
     c
 }

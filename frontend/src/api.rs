@@ -14,7 +14,10 @@ use crate::intent::Attempt;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub async fn demo_session() -> Result<DemoSession, String> {
-    let response = Request::post("/api/demo/session").send().await.map_err(|e| e.to_string())?;
+    let response = Request::post("/api/demo/session")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     if !response.ok() {
         return Err(format!("сервер ответил {}", response.status()));
     }
@@ -50,7 +53,11 @@ pub async fn post_keyed(path: &str, token: &str, key: &str, body: &impl Serializ
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let body = response.text().await?;
-        Ok::<_, gloo_net::Error>(Attempt::Answered { status, body, retry_after })
+        Ok::<_, gloo_net::Error>(Attempt::Answered {
+            status,
+            body,
+            retry_after,
+        })
     });
     match select(exchange, gloo_timers::future::sleep(ATTEMPT_TIMEOUT)).await {
         Either::Left((Ok(answer), _)) => answer,

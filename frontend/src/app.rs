@@ -17,13 +17,20 @@ pub fn start() {
 
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0u8; N];
-    let crypto = web_sys::window().and_then(|w| w.crypto().ok()).expect("Web Crypto is available");
-    crypto.get_random_values_with_u8_array(&mut bytes).expect("random bytes");
+    let crypto = web_sys::window()
+        .and_then(|w| w.crypto().ok())
+        .expect("Web Crypto is available");
+    crypto
+        .get_random_values_with_u8_array(&mut bytes)
+        .expect("random bytes");
     bytes
 }
 
 fn seed() -> Seed {
-    Seed { key: random_bytes(), order: random_bytes() }
+    Seed {
+        key: random_bytes(),
+        order: random_bytes(),
+    }
 }
 
 /// Changes the state and saves it at once, so that a key is on disk before it is sent.
@@ -43,7 +50,8 @@ struct Widget {
 
 impl Widget {
     fn token(&self) -> Option<String> {
-        self.session.with_untracked(|s| s.as_ref().map(|s| s.token.clone()))
+        self.session
+            .with_untracked(|s| s.as_ref().map(|s| s.token.clone()))
     }
 
     async fn refresh_balance(self) {
@@ -58,15 +66,27 @@ impl Widget {
     /// only the first start of an attempt sends anything, the rest find it on its way.
     fn pay(self) {
         spawn_local(async move {
-            drive(self, |c| Some(&mut c.payment), |order| ("/api/payments".to_owned(), order.request())).await;
+            drive(
+                self,
+                |c| Some(&mut c.payment),
+                |order| ("/api/payments".to_owned(), order.request()),
+            )
+            .await;
         });
     }
 
     fn refund(self) {
         spawn_local(async move {
-            drive(self, |c| c.refund.as_mut(), |order| {
-                (format!("/api/payments/{}/refunds", order.payment_id), order.request())
-            })
+            drive(
+                self,
+                |c| c.refund.as_mut(),
+                |order| {
+                    (
+                        format!("/api/payments/{}/refunds", order.payment_id),
+                        order.request(),
+                    )
+                },
+            )
             .await;
             change(self.checkout, Checkout::settle_refund);
         });
@@ -107,7 +127,9 @@ async fn drive<Req, Receipt, Body>(
 
 #[component]
 pub fn App() -> impl IntoView {
-    let checkout = RwSignal::new(storage::load::<Checkout>(storage::STATE).unwrap_or_else(|| Checkout::new(0, seed())));
+    let checkout = RwSignal::new(
+        storage::load::<Checkout>(storage::STATE).unwrap_or_else(|| Checkout::new(0, seed())),
+    );
     let widget = Widget {
         checkout,
         session: RwSignal::new(storage::load(storage::SESSION)),
@@ -126,7 +148,9 @@ pub fn App() -> impl IntoView {
                     widget.session.set(Some(session));
                 }
                 Err(error) => {
-                    widget.session_error.set(Some(format!("Не удалось открыть демо-сессию: {error}")));
+                    widget
+                        .session_error
+                        .set(Some(format!("Не удалось открыть демо-сессию: {error}")));
                     return;
                 }
             }
@@ -202,7 +226,11 @@ fn PayPanel(widget: Widget) -> impl IntoView {
     let in_flight = move || widget.checkout.with(|c| c.payment.is_in_flight());
     let no_session = move || widget.session.with(Option::is_none);
     let status = move || widget.checkout.with(|c| payment_status(&c.payment));
-    let failed = move || widget.checkout.with(|c| matches!(c.payment.phase, Phase::Failed { .. }));
+    let failed = move || {
+        widget
+            .checkout
+            .with(|c| matches!(c.payment.phase, Phase::Failed { .. }))
+    };
     view! {
         <button
             class="pay"
@@ -267,13 +295,18 @@ fn RefundPanel(widget: Widget) -> impl IntoView {
     let refundable = move || checkout.with(Checkout::refundable);
     let amount_text = RwSignal::new(String::new());
     let input_error = RwSignal::new(None::<String>);
-    let refund_in_flight = move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| r.is_in_flight()));
-    let refund_settled = move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| !r.is_pending()));
-    let status = move || checkout.with(|c| c.refund.as_ref().map(refund_status).unwrap_or_default());
+    let refund_in_flight =
+        move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| r.is_in_flight()));
+    let refund_settled =
+        move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| !r.is_pending()));
+    let status =
+        move || checkout.with(|c| c.refund.as_ref().map(refund_status).unwrap_or_default());
 
     let submit = move |amount: Option<i64>| {
         let Some(amount) = amount.filter(|a| *a > 0) else {
-            input_error.set(Some("Введите сумму в рублях, например 150 или 150,50".into()));
+            input_error.set(Some(
+                "Введите сумму в рублях, например 150 или 150,50".into(),
+            ));
             return;
         };
         input_error.set(None);

@@ -34,7 +34,11 @@ impl Order {
     }
 
     pub fn request(&self) -> CreatePayment {
-        CreatePayment { order_id: self.order_id.clone(), amount: self.total(), currency: Some(self.currency.clone()) }
+        CreatePayment {
+            order_id: self.order_id.clone(),
+            amount: self.total(),
+            currency: Some(self.currency.clone()),
+        }
     }
 }
 
@@ -46,7 +50,9 @@ pub struct RefundOrder {
 
 impl RefundOrder {
     pub fn request(&self) -> CreateRefund {
-        CreateRefund { amount: self.amount }
+        CreateRefund {
+            amount: self.amount,
+        }
     }
 }
 
@@ -56,7 +62,11 @@ pub type RefundIntent = Intent<RefundOrder, Refund>;
 /// The demo shop's carts, one per purchase in turn: the second one costs more than what is
 /// left after the first, so a demo shows a decline too.
 fn demo_cart(purchase: u32) -> Vec<Item> {
-    let item = |name: &str, quantity, unit_price| Item { name: name.into(), quantity, unit_price };
+    let item = |name: &str, quantity, unit_price| Item {
+        name: name.into(),
+        quantity,
+        unit_price,
+    };
     match purchase % 3 {
         0 => vec![
             item("Кофе в зёрнах «Эфиопия», 250 г", 2, 15_000),
@@ -91,10 +101,22 @@ impl Checkout {
     pub fn new(purchase: u32, seed: Seed) -> Checkout {
         let order_id = format!(
             "ORD-{}",
-            seed.order.iter().map(|b| format!("{b:02X}")).collect::<String>()
+            seed.order
+                .iter()
+                .map(|b| format!("{b:02X}"))
+                .collect::<String>()
         );
-        let order = Order { order_id, items: demo_cart(purchase), currency: "RUB".into() };
-        Checkout { purchase, payment: Intent::new(new_key(seed.key), order), refund: None, refunds: Vec::new() }
+        let order = Order {
+            order_id,
+            items: demo_cart(purchase),
+            currency: "RUB".into(),
+        };
+        Checkout {
+            purchase,
+            payment: Intent::new(new_key(seed.key), order),
+            refund: None,
+            refunds: Vec::new(),
+        }
     }
 
     /// «Новая покупка»: only once this one has an outcome, never while its outcome is unknown.
@@ -124,14 +146,20 @@ impl Checkout {
         if self.refund.as_ref().is_some_and(|r| r.is_pending()) {
             return true;
         }
-        self.refund = Some(Intent::new(new_key(key_seed), RefundOrder { payment_id, amount }));
+        self.refund = Some(Intent::new(
+            new_key(key_seed),
+            RefundOrder { payment_id, amount },
+        ));
         true
     }
 
     /// Files a succeeded refund under the payment once, however often its answer arrives.
     pub fn settle_refund(&mut self) {
         if let Some(Phase::Succeeded { receipt }) = self.refund.as_ref().map(|r| &r.phase)
-            && !self.refunds.iter().any(|r| r.refund_id == receipt.refund_id)
+            && !self
+                .refunds
+                .iter()
+                .any(|r| r.refund_id == receipt.refund_id)
         {
             self.refunds.push(receipt.clone());
         }
@@ -147,7 +175,10 @@ impl Checkout {
 
 /// Roubles as a shopper types them («150», «150,5», «1 200.50») → kopecks.
 pub fn parse_rub(text: &str) -> Option<i64> {
-    let cleaned: String = text.chars().filter(|c| !c.is_whitespace() && *c != '₽').collect();
+    let cleaned: String = text
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '₽')
+        .collect();
     let (roubles, kopecks) = match cleaned.split_once([',', '.']) {
         Some((r, k)) => (r, k),
         None => (cleaned.as_str(), ""),
@@ -171,20 +202,26 @@ pub fn payment_status(intent: &PaymentIntent) -> String {
     match &intent.phase {
         Phase::Created => String::new(),
         Phase::Sending { after: None, .. } => "Оплачиваем…".into(),
-        Phase::Sending { attempt, after: Some(reason) } => retry_text(*reason, *attempt, "Платёж"),
+        Phase::Sending {
+            attempt,
+            after: Some(reason),
+        } => retry_text(*reason, *attempt, "Платёж"),
         Phase::Retrying { attempt, reason } => retry_text(*reason, attempt + 1, "Платёж"),
         Phase::Succeeded { .. } => "Оплачено".into(),
         Phase::Declined { problem } => match problem.code {
             ErrorCode::InsufficientFunds => match problem.balance {
-                Some(balance) => format!("Отказ: недостаточно средств (на счёте {})", format_rub(balance)),
+                Some(balance) => format!(
+                    "Отказ: недостаточно средств (на счёте {})",
+                    format_rub(balance)
+                ),
                 None => "Отказ: недостаточно средств".into(),
             },
             ErrorCode::OrderAlreadyPaid => "Этот заказ уже оплачен".into(),
             _ => format!("Отказ: {}", problem.detail),
         },
-        Phase::Failed { retryable: true, .. } => {
-            "Нет связи с сервером. Повторите: дважды деньги не спишутся.".into()
-        }
+        Phase::Failed {
+            retryable: true, ..
+        } => "Нет связи с сервером. Повторите: дважды деньги не спишутся.".into(),
         Phase::Failed { message, .. } => format!("Платёж не прошёл: {message}"),
     }
 }
@@ -194,26 +231,36 @@ pub fn refund_status(intent: &RefundIntent) -> String {
     match &intent.phase {
         Phase::Created => String::new(),
         Phase::Sending { after: None, .. } => "Возвращаем…".into(),
-        Phase::Sending { attempt, after: Some(reason) } => retry_text(*reason, *attempt, "Возврат"),
+        Phase::Sending {
+            attempt,
+            after: Some(reason),
+        } => retry_text(*reason, *attempt, "Возврат"),
         Phase::Retrying { attempt, reason } => retry_text(*reason, attempt + 1, "Возврат"),
         Phase::Succeeded { receipt } => format!("Возвращено {}", format_rub(receipt.amount)),
         Phase::Declined { problem } => match (problem.code, problem.refundable) {
             (ErrorCode::RefundExceedsPayment, Some(left)) => {
-                format!("Нельзя вернуть больше остатка: доступно {}", format_rub(left))
+                format!(
+                    "Нельзя вернуть больше остатка: доступно {}",
+                    format_rub(left)
+                )
             }
             _ => format!("Возврат отклонён: {}", problem.detail),
         },
-        Phase::Failed { retryable: true, .. } => {
-            "Нет связи с сервером. Повторите: дважды деньги не вернутся.".into()
-        }
+        Phase::Failed {
+            retryable: true, ..
+        } => "Нет связи с сервером. Повторите: дважды деньги не вернутся.".into(),
         Phase::Failed { message, .. } => format!("Возврат не прошёл: {message}"),
     }
 }
 
 fn retry_text(reason: RetryReason, attempt: u32, what: &str) -> String {
     match reason {
-        RetryReason::ConnectionLost => format!("Соединение потеряно, повторяем…{}", attempt_suffix(attempt)),
-        RetryReason::ServerError => format!("Сервер не ответил, повторяем…{}", attempt_suffix(attempt)),
+        RetryReason::ConnectionLost => {
+            format!("Соединение потеряно, повторяем…{}", attempt_suffix(attempt))
+        }
+        RetryReason::ServerError => {
+            format!("Сервер не ответил, повторяем…{}", attempt_suffix(attempt))
+        }
         RetryReason::InProgress => format!("{what} выполняется, ждём…"),
     }
 }
@@ -225,7 +272,10 @@ mod tests {
     use checkout_shared::{PaymentStatus, Problem};
 
     fn seed(n: u8) -> Seed {
-        Seed { key: [n; 16], order: [n; 4] }
+        Seed {
+            key: [n; 16],
+            order: [n; 4],
+        }
     }
 
     fn paid(checkout: &mut Checkout) {
@@ -240,7 +290,15 @@ mod tests {
             created_at: "2026-12-02T10:00:00Z".into(),
         };
         let body = serde_json::to_string(&receipt).unwrap();
-        checkout.payment.finish_attempt(&Attempt::Answered { status: 201, body, retry_after: None }, &RetryPolicy::WIDGET, 0.0);
+        checkout.payment.finish_attempt(
+            &Attempt::Answered {
+                status: 201,
+                body,
+                retry_after: None,
+            },
+            &RetryPolicy::WIDGET,
+            0.0,
+        );
     }
 
     #[test]
@@ -249,23 +307,40 @@ mod tests {
         assert_eq!(checkout.payment.request.order_id, "ORD-01010101");
         assert_eq!(checkout.payment.request.total(), 45_000);
         assert_eq!(checkout.payment.request.request().amount, 45_000);
-        assert!(checkout.next_purchase(seed(2)).is_none(), "no new purchase while this one is unsettled");
+        assert!(
+            checkout.next_purchase(seed(2)).is_none(),
+            "no new purchase while this one is unsettled"
+        );
         paid(&mut checkout);
         let next = checkout.next_purchase(seed(2)).unwrap();
         assert_ne!(next.payment.key, checkout.payment.key);
-        assert_ne!(next.payment.request.order_id, checkout.payment.request.order_id);
-        assert_eq!(next.payment.request.total(), 70_000, "the second demo cart exceeds what is left");
+        assert_ne!(
+            next.payment.request.order_id,
+            checkout.payment.request.order_id
+        );
+        assert_eq!(
+            next.payment.request.total(),
+            70_000,
+            "the second demo cart exceeds what is left"
+        );
     }
 
     #[test]
     fn a_second_refund_click_reuses_the_unsettled_refund() {
         let mut checkout = Checkout::new(0, seed(1));
-        assert!(!checkout.begin_refund(100, [9; 16]), "nothing to refund before the payment");
+        assert!(
+            !checkout.begin_refund(100, [9; 16]),
+            "nothing to refund before the payment"
+        );
         paid(&mut checkout);
         assert!(checkout.begin_refund(10_000, [9; 16]));
         let key = checkout.refund.as_ref().unwrap().key.clone();
         assert!(checkout.begin_refund(10_000, [10; 16]));
-        assert_eq!(checkout.refund.as_ref().unwrap().key, key, "same key on the second click");
+        assert_eq!(
+            checkout.refund.as_ref().unwrap().key,
+            key,
+            "same key on the second click"
+        );
 
         let refund = checkout.refund.as_mut().unwrap();
         refund.start_attempt();
@@ -278,14 +353,26 @@ mod tests {
             created_at: "t".into(),
         })
         .unwrap();
-        refund.finish_attempt(&Attempt::Answered { status: 201, body, retry_after: None }, &RetryPolicy::WIDGET, 0.0);
+        refund.finish_attempt(
+            &Attempt::Answered {
+                status: 201,
+                body,
+                retry_after: None,
+            },
+            &RetryPolicy::WIDGET,
+            0.0,
+        );
         checkout.settle_refund();
         checkout.settle_refund();
         assert_eq!(checkout.refunds.len(), 1, "a refund is filed once");
         assert_eq!(checkout.refundable(), 35_000);
         checkout.clear_refund();
         assert!(checkout.begin_refund(5_000, [11; 16]));
-        assert_ne!(checkout.refund.as_ref().unwrap().key, key, "a new refund is a new key");
+        assert_ne!(
+            checkout.refund.as_ref().unwrap().key,
+            key,
+            "a new refund is a new key"
+        );
     }
 
     #[test]
@@ -294,19 +381,50 @@ mod tests {
         assert_eq!(payment_status(&checkout.payment), "");
         checkout.payment.start_attempt();
         assert_eq!(payment_status(&checkout.payment), "Оплачиваем…");
-        checkout.payment.finish_attempt(&Attempt::NetworkError, &RetryPolicy::WIDGET, 0.0);
-        assert_eq!(payment_status(&checkout.payment), "Соединение потеряно, повторяем… (попытка 2)");
+        checkout
+            .payment
+            .finish_attempt(&Attempt::NetworkError, &RetryPolicy::WIDGET, 0.0);
+        assert_eq!(
+            payment_status(&checkout.payment),
+            "Соединение потеряно, повторяем… (попытка 2)"
+        );
         checkout.payment.start_attempt();
-        assert_eq!(payment_status(&checkout.payment), "Соединение потеряно, повторяем… (попытка 2)");
-        let busy = serde_json::to_string(&Problem::new(409, ErrorCode::IdempotencyKeyInUse, "d")).unwrap();
-        checkout.payment.finish_attempt(&Attempt::Answered { status: 409, body: busy, retry_after: None }, &RetryPolicy::WIDGET, 0.0);
-        assert_eq!(payment_status(&checkout.payment), "Платёж выполняется, ждём…");
+        assert_eq!(
+            payment_status(&checkout.payment),
+            "Соединение потеряно, повторяем… (попытка 2)"
+        );
+        let busy =
+            serde_json::to_string(&Problem::new(409, ErrorCode::IdempotencyKeyInUse, "d")).unwrap();
+        checkout.payment.finish_attempt(
+            &Attempt::Answered {
+                status: 409,
+                body: busy,
+                retry_after: None,
+            },
+            &RetryPolicy::WIDGET,
+            0.0,
+        );
+        assert_eq!(
+            payment_status(&checkout.payment),
+            "Платёж выполняется, ждём…"
+        );
         checkout.payment.start_attempt();
         let mut decline = Problem::new(402, ErrorCode::InsufficientFunds, "d");
         decline.balance = Some(10_000);
         let body = serde_json::to_string(&decline).unwrap();
-        checkout.payment.finish_attempt(&Attempt::Answered { status: 402, body, retry_after: None }, &RetryPolicy::WIDGET, 0.0);
-        assert_eq!(payment_status(&checkout.payment), "Отказ: недостаточно средств (на счёте 100,00\u{a0}₽)");
+        checkout.payment.finish_attempt(
+            &Attempt::Answered {
+                status: 402,
+                body,
+                retry_after: None,
+            },
+            &RetryPolicy::WIDGET,
+            0.0,
+        );
+        assert_eq!(
+            payment_status(&checkout.payment),
+            "Отказ: недостаточно средств (на счёте 100,00\u{a0}₽)"
+        );
     }
 
     #[test]

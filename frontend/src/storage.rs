@@ -34,7 +34,13 @@ mod tests {
 
     #[wasm_bindgen_test]
     fn the_checkout_round_trips_through_session_storage() {
-        let checkout = Checkout::new(2, Seed { key: [3; 16], order: [4; 4] });
+        let checkout = Checkout::new(
+            2,
+            Seed {
+                key: [3; 16],
+                order: [4; 4],
+            },
+        );
         save("test.checkout", &checkout);
         assert_eq!(load::<Checkout>("test.checkout"), Some(checkout));
         assert_eq!(load::<Checkout>("test.absent"), None);

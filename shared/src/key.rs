@@ -97,20 +97,38 @@ mod tests {
         let plain = IdempotencyKey::parse("req-7f3a").unwrap();
         assert_eq!(IdempotencyKey::parse("\"req-7f3a\"").unwrap(), plain);
         assert_eq!(IdempotencyKey::parse("  req-7f3a\t").unwrap(), plain);
-        assert_eq!(IdempotencyKey::parse(r#""a\"b\\c""#).unwrap().as_str(), r#"a"b\c"#);
+        assert_eq!(
+            IdempotencyKey::parse(r#""a\"b\\c""#).unwrap().as_str(),
+            r#"a"b\c"#
+        );
     }
 
     #[test]
     fn refuses_what_is_not_a_key() {
         assert_eq!(IdempotencyKey::parse(""), Err(KeyError::Empty));
         assert_eq!(IdempotencyKey::parse("\"\""), Err(KeyError::Empty));
-        assert_eq!(IdempotencyKey::parse("a b"), Err(KeyError::InvalidCharacter));
-        assert_eq!(IdempotencyKey::parse("ключ"), Err(KeyError::InvalidCharacter));
-        assert_eq!(IdempotencyKey::parse("\"a b\""), Err(KeyError::InvalidCharacter));
+        assert_eq!(
+            IdempotencyKey::parse("a b"),
+            Err(KeyError::InvalidCharacter)
+        );
+        assert_eq!(
+            IdempotencyKey::parse("ключ"),
+            Err(KeyError::InvalidCharacter)
+        );
+        assert_eq!(
+            IdempotencyKey::parse("\"a b\""),
+            Err(KeyError::InvalidCharacter)
+        );
         assert_eq!(IdempotencyKey::parse("\"abc"), Err(KeyError::BadQuoting));
         assert_eq!(IdempotencyKey::parse("\"a\"b\""), Err(KeyError::BadQuoting));
-        assert_eq!(IdempotencyKey::parse(r#""a\nb""#), Err(KeyError::BadQuoting));
-        assert_eq!(IdempotencyKey::parse(&"k".repeat(256)), Err(KeyError::TooLong));
+        assert_eq!(
+            IdempotencyKey::parse(r#""a\nb""#),
+            Err(KeyError::BadQuoting)
+        );
+        assert_eq!(
+            IdempotencyKey::parse(&"k".repeat(256)),
+            Err(KeyError::TooLong)
+        );
         assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
     }
 

@@ -12,6 +12,6 @@ pub use api::{
     Account, CreatePayment, CreateRefund, DemoSession, Payment, PaymentDetails, PaymentStatus,
     Refund,
 };
-pub use key::{IdempotencyKey, KeyError, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER};
+pub use key::{IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey, KeyError};
 pub use money::{MAX_AMOUNT, format_rub, validate_amount, validate_currency, validate_order_id};
-pub use problem::{ErrorCode, Problem, PROBLEM_CONTENT_TYPE};
+pub use problem::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};

@@ -9,7 +9,9 @@ pub fn validate_amount(amount: i64) -> Result<(), String> {
     if (1..=MAX_AMOUNT).contains(&amount) {
         Ok(())
     } else {
-        Err(format!("amount must be an integer number of kopecks from 1 to {MAX_AMOUNT}, got {amount}"))
+        Err(format!(
+            "amount must be an integer number of kopecks from 1 to {MAX_AMOUNT}, got {amount}"
+        ))
     }
 }
 
@@ -28,7 +30,9 @@ pub fn validate_currency(currency: &str) -> Result<(), String> {
     if currency.len() == 3 && currency.chars().all(|c| c.is_ascii_uppercase()) {
         Ok(())
     } else {
-        Err(format!("currency must be a three-letter ISO 4217 code such as RUB, got {currency:?}"))
+        Err(format!(
+            "currency must be a three-letter ISO 4217 code such as RUB, got {currency:?}"
+        ))
     }
 }
 

@@ -32,10 +32,15 @@ fn bin_dir() -> PathBuf {
     if debian.join("initdb").exists() {
         return debian;
     }
-    let which = Command::new("sh").args(["-c", "command -v initdb"]).output();
+    let which = Command::new("sh")
+        .args(["-c", "command -v initdb"])
+        .output();
     match which {
         Ok(out) if out.status.success() => {
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).parent().unwrap().to_path_buf()
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+                .parent()
+                .unwrap()
+                .to_path_buf()
         }
         _ => panic!(
             "PostgreSQL is required for these tests and was not found: install it \
@@ -45,7 +50,11 @@ fn bin_dir() -> PathBuf {
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
 }
 
 /// Runs a PostgreSQL program, as `postgres` when we are root (the server refuses root).
@@ -61,27 +70,56 @@ pub fn pg_command(bin: &Path, program: &str) -> Command {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Cluster {
     fn start(durable: bool) -> Cluster {
         let bin = bin_dir();
-        let dir = tempfile::Builder::new().prefix("checkout-pg-").tempdir().unwrap().keep();
+        let dir = tempfile::Builder::new()
+            .prefix("checkout-pg-")
+            .tempdir()
+            .unwrap()
+            .keep();
         if is_root() {
-            let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().unwrap();
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .unwrap();
             assert!(status.success(), "chown of the cluster directory failed");
         }
         let data = dir.join("data");
         let out = pg_command(&bin, "initdb")
-            .args(["-D"]).arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"])
+            .args(["-D"])
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ])
             .output()
             .expect("initdb runs");
-        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let port = free_port();
         // In postgresql.conf, not on the command line, so that a restart keeps them.
-        let speed = if durable { "" } else { "fsync = off\nfull_page_writes = off\n" };
+        let speed = if durable {
+            ""
+        } else {
+            "fsync = off\nfull_page_writes = off\n"
+        };
         let settings = format!(
             "port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = '127.0.0.1'\n\
              max_connections = 300\n{speed}",
@@ -92,20 +130,35 @@ impl Cluster {
         text.push_str(&settings);
         std::fs::write(&conf, text).unwrap();
         let out = pg_command(&bin, "pg_ctl")
-            .args(["-D"]).arg(&data)
-            .args(["-l"]).arg(dir.join("server.log"))
+            .args(["-D"])
+            .arg(&data)
+            .args(["-l"])
+            .arg(dir.join("server.log"))
             .args(["-w", "-t", "60", "start"])
             .output()
             .expect("pg_ctl runs");
-        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
-        let cluster = Cluster { port, dir, bin, data };
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Cluster {
+            port,
+            dir,
+            bin,
+            data,
+        };
         cluster.stop_when_tests_exit();
         cluster
     }
 
     /// Statics are never dropped, so a watcher stops the cluster once this process is gone.
     fn stop_when_tests_exit(&self) {
-        let runas = if is_root() { "runuser -u postgres -- " } else { "" };
+        let runas = if is_root() {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        };
         let script = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
              {runas}{pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
@@ -128,15 +181,30 @@ impl Cluster {
 
     /// `pg_ctl stop -m immediate` then start again: a database crash, as the WAL sees it.
     pub fn crash_and_restart(&self) {
-        let out = pg_command(&self.bin, "pg_ctl").args(["-D"]).arg(&self.data).args(["-m", "immediate", "stop"]).output().unwrap();
-        assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr));
         let out = pg_command(&self.bin, "pg_ctl")
-            .args(["-D"]).arg(&self.data)
-            .args(["-l"]).arg(self.dir.join("server.log"))
+            .args(["-D"])
+            .arg(&self.data)
+            .args(["-m", "immediate", "stop"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = pg_command(&self.bin, "pg_ctl")
+            .args(["-D"])
+            .arg(&self.data)
+            .args(["-l"])
+            .arg(self.dir.join("server.log"))
             .args(["-w", "-t", "60", "start"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "pg_ctl start failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn url(&self, database: &str) -> String {
@@ -146,9 +214,13 @@ impl Cluster {
     /// A new empty database for one test.
     pub async fn create_database(&self) -> String {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        let mut admin: sqlx::AnyConnection =
-            sqlx::Connection::connect(&self.url("postgres")).await.expect("connect to the test cluster");
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.unwrap();
+        let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
+            .await
+            .expect("connect to the test cluster");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
         self.url(&name)
     }
 }

@@ -199,9 +199,10 @@ impl Store {
     ) -> Result<Store, sqlx::Error> {
         if database_url.starts_with("sqlite:") {
             Ok(Store::Sqlite(sqlite::connect(database_url).await?))
-        } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:")
-        {
-            Ok(Store::Postgres(postgres::connect(database_url, pool_size, lock_timeout).await?))
+        } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
+            Ok(Store::Postgres(
+                postgres::connect(database_url, pool_size, lock_timeout).await?,
+            ))
         } else {
             Err(sqlx::Error::Configuration(
                 "DATABASE_URL must start with sqlite: or postgres:".into(),
@@ -213,23 +214,38 @@ impl Store {
     pub async fn begin_keyed(&self) -> Result<Tx, StoreError> {
         match self {
             Store::Sqlite(s) => s.begin().await.map(Tx::Sqlite).map_err(sqlite::classify),
-            Store::Postgres(s) => s.begin_keyed().await.map(Tx::Postgres).map_err(postgres::classify),
+            Store::Postgres(s) => s
+                .begin_keyed()
+                .await
+                .map(Tx::Postgres)
+                .map_err(postgres::classify),
         }
     }
 
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         match self {
             Store::Sqlite(s) => s.begin().await.map(Tx::Sqlite).map_err(sqlite::classify),
-            Store::Postgres(s) => s.begin().await.map(Tx::Postgres).map_err(postgres::classify),
+            Store::Postgres(s) => s
+                .begin()
+                .await
+                .map(Tx::Postgres)
+                .map_err(postgres::classify),
         }
     }
 
-    pub async fn stored_key(&self, account_id: &str, key: &str) -> Result<Option<StoredKey>, StoreError> {
+    pub async fn stored_key(
+        &self,
+        account_id: &str,
+        key: &str,
+    ) -> Result<Option<StoredKey>, StoreError> {
         on_pool!(self, pool => sqlx::query_as(sql::STORED_KEY).bind(account_id).bind(key).fetch_optional(pool).await)
     }
 
     /// `(account_id, currency)` of the account holding this token hash.
-    pub async fn account_by_token_hash(&self, token_hash: &str) -> Result<Option<(String, String)>, StoreError> {
+    pub async fn account_by_token_hash(
+        &self,
+        token_hash: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
         on_pool!(self, pool => sqlx::query_as(sql::ACCOUNT_BY_TOKEN_HASH).bind(token_hash).fetch_optional(pool).await)
     }
 
@@ -237,7 +253,11 @@ impl Store {
         on_pool!(self, pool => sqlx::query_as(sql::ACCOUNT).bind(account_id).fetch_optional(pool).await)
     }
 
-    pub async fn payment(&self, account_id: &str, payment_id: &str) -> Result<Option<PaymentRow>, StoreError> {
+    pub async fn payment(
+        &self,
+        account_id: &str,
+        payment_id: &str,
+    ) -> Result<Option<PaymentRow>, StoreError> {
         on_pool!(self, pool => sqlx::query_as(sql::PAYMENT).bind(payment_id).bind(account_id).fetch_optional(pool).await)
     }
 
@@ -277,7 +297,11 @@ impl Tx {
     /// Claims the key for this transaction: `true` if it is ours (new, or expired and taken
     /// over), `false` if a live key holds it. Waits for an in-flight holder at most the lock
     /// timeout, then fails with [`StoreError::Busy`].
-    pub async fn claim_key(&mut self, claim: &Claim<'_>, expired_before_ms: i64) -> Result<bool, StoreError> {
+    pub async fn claim_key(
+        &mut self,
+        claim: &Claim<'_>,
+        expired_before_ms: i64,
+    ) -> Result<bool, StoreError> {
         let claimed: Option<String> = on_tx!(self, conn, statement = CLAIM_KEY => sqlx::query_scalar(statement)
             .bind(claim.account_id).bind(claim.key).bind(&claim.claim_id)
             .bind(claim.request_hash).bind(claim.now_ms).bind(expired_before_ms)
@@ -285,12 +309,21 @@ impl Tx {
         Ok(claimed.is_some())
     }
 
-    pub async fn stored_key(&mut self, account_id: &str, key: &str) -> Result<Option<StoredKey>, StoreError> {
+    pub async fn stored_key(
+        &mut self,
+        account_id: &str,
+        key: &str,
+    ) -> Result<Option<StoredKey>, StoreError> {
         on_tx!(self, conn => sqlx::query_as(sql::STORED_KEY).bind(account_id).bind(key).fetch_optional(conn).await)
     }
 
     /// Stores the answer under the claimed key and marks it done.
-    pub async fn complete_key(&mut self, claim: &Claim<'_>, status: u16, body: &str) -> Result<(), StoreError> {
+    pub async fn complete_key(
+        &mut self,
+        claim: &Claim<'_>,
+        status: u16,
+        body: &str,
+    ) -> Result<(), StoreError> {
         let done = on_tx!(self, conn => sqlx::query(sql::COMPLETE_KEY)
             .bind(claim.account_id).bind(claim.key).bind(&claim.claim_id)
             .bind(i64::from(status)).bind(body)
@@ -299,21 +332,39 @@ impl Tx {
         Ok(())
     }
 
-    pub async fn insert_account(&mut self, account_id: &str, token_hash: &str, currency: &str, balance: i64, now_ms: i64) -> Result<(), StoreError> {
+    pub async fn insert_account(
+        &mut self,
+        account_id: &str,
+        token_hash: &str,
+        currency: &str,
+        balance: i64,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         on_tx!(self, conn => sqlx::query(sql::INSERT_ACCOUNT)
             .bind(account_id).bind(token_hash).bind(currency).bind(balance).bind(now_ms)
             .execute(conn).await.map(|_| ()))
     }
 
     /// A payment's guarded debit, its payment row and its ledger entry.
-    pub async fn charge(&mut self, claim: &Claim<'_>, payment: &NewPayment<'_>) -> Result<Charged, StoreError> {
+    pub async fn charge(
+        &mut self,
+        claim: &Claim<'_>,
+        payment: &NewPayment<'_>,
+    ) -> Result<Charged, StoreError> {
         match self {
             Tx::Postgres(tx) => {
                 let (balance, inserted): (Option<i64>, i64) = sqlx::query_as(postgres::CHARGE)
-                    .bind(payment.payment_id).bind(claim.account_id).bind(payment.amount)
-                    .bind(payment.order_id).bind(payment.currency).bind(claim.key)
-                    .bind(&claim.claim_id).bind(claim.now_ms)
-                    .fetch_one(&mut **tx).await.map_err(postgres::classify)?;
+                    .bind(payment.payment_id)
+                    .bind(claim.account_id)
+                    .bind(payment.amount)
+                    .bind(payment.order_id)
+                    .bind(payment.currency)
+                    .bind(claim.key)
+                    .bind(&claim.claim_id)
+                    .bind(claim.now_ms)
+                    .fetch_one(&mut **tx)
+                    .await
+                    .map_err(postgres::classify)?;
                 Ok(match (balance, inserted) {
                     (None, _) => Charged::NotDebited,
                     (Some(_), 0) => Charged::OrderTaken,
@@ -326,7 +377,9 @@ impl Tx {
                 let debited: Option<i64> = on_tx!(self, conn => sqlx::query_scalar(sql::DEBIT_FOR_ORDER)
                     .bind(claim.account_id).bind(payment.amount).bind(payment.order_id)
                     .fetch_optional(conn).await)?;
-                let Some(balance) = debited else { return Ok(Charged::NotDebited) };
+                let Some(balance) = debited else {
+                    return Ok(Charged::NotDebited);
+                };
                 let inserted = on_tx!(self, conn => sqlx::query(sql::INSERT_PAYMENT)
                     .bind(payment.payment_id).bind(claim.account_id).bind(payment.order_id)
                     .bind(payment.amount).bind(payment.currency).bind(balance)
@@ -367,21 +420,38 @@ impl Tx {
             .execute(conn).await.map(|_| ()))
     }
 
-    pub async fn paid_order(&mut self, account_id: &str, order_id: &str) -> Result<Option<String>, StoreError> {
+    pub async fn paid_order(
+        &mut self,
+        account_id: &str,
+        order_id: &str,
+    ) -> Result<Option<String>, StoreError> {
         on_tx!(self, conn => sqlx::query_scalar(sql::PAID_ORDER).bind(account_id).bind(order_id).fetch_optional(conn).await)
     }
 
-    pub async fn payment(&mut self, account_id: &str, payment_id: &str) -> Result<Option<PaymentRow>, StoreError> {
+    pub async fn payment(
+        &mut self,
+        account_id: &str,
+        payment_id: &str,
+    ) -> Result<Option<PaymentRow>, StoreError> {
         on_tx!(self, conn => sqlx::query_as(sql::PAYMENT).bind(payment_id).bind(account_id).fetch_optional(conn).await)
     }
 
     /// The payment's new refunded total, or `None` when `amount` exceeds what remains (or the
     /// payment is not this account's).
-    pub async fn add_refunded(&mut self, account_id: &str, payment_id: &str, amount: i64) -> Result<Option<i64>, StoreError> {
+    pub async fn add_refunded(
+        &mut self,
+        account_id: &str,
+        payment_id: &str,
+        amount: i64,
+    ) -> Result<Option<i64>, StoreError> {
         on_tx!(self, conn => sqlx::query_scalar(sql::ADD_REFUNDED).bind(payment_id).bind(account_id).bind(amount).fetch_optional(conn).await)
     }
 
-    pub async fn insert_refund(&mut self, claim: &Claim<'_>, refund: &NewRefund<'_>) -> Result<(), StoreError> {
+    pub async fn insert_refund(
+        &mut self,
+        claim: &Claim<'_>,
+        refund: &NewRefund<'_>,
+    ) -> Result<(), StoreError> {
         on_tx!(self, conn => sqlx::query(sql::INSERT_REFUND)
             .bind(refund.refund_id).bind(refund.payment_id).bind(refund.amount)
             .bind(refund.refunded_total_after).bind(refund.balance_after)

@@ -66,9 +66,14 @@ pub async fn connect(
         .connect(url)
         .await?;
     MIGRATOR.run(&pool).await?;
-    let begin_keyed =
-        format!("BEGIN; SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis().max(1));
-    Ok(PgStore { pool, begin_keyed: Cow::Owned(begin_keyed) })
+    let begin_keyed = format!(
+        "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+        lock_timeout.as_millis().max(1)
+    );
+    Ok(PgStore {
+        pool,
+        begin_keyed: Cow::Owned(begin_keyed),
+    })
 }
 
 impl PgStore {

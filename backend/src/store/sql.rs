@@ -32,7 +32,8 @@ pub const SWEEP_EXPIRED_KEYS: &str = "DELETE FROM idempotency_keys WHERE created
 pub const ACCOUNT_BY_TOKEN_HASH: &str =
     "SELECT account_id, currency FROM accounts WHERE token_hash = $1";
 
-pub const ACCOUNT: &str = "SELECT account_id, balance, currency FROM accounts WHERE account_id = $1";
+pub const ACCOUNT: &str =
+    "SELECT account_id, balance, currency FROM accounts WHERE account_id = $1";
 
 pub const INSERT_ACCOUNT: &str = "\
     INSERT INTO accounts (account_id, token_hash, currency, balance, created_at) \

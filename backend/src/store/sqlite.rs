@@ -61,7 +61,10 @@ pub fn classify(error: sqlx::Error) -> StoreError {
     match &error {
         sqlx::Error::Database(db) => {
             // Extended result codes keep the primary code in the low byte.
-            let primary = db.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff);
+            let primary = db
+                .code()
+                .and_then(|c| c.parse::<i32>().ok())
+                .map(|c| c & 0xff);
             match primary {
                 Some(5 | 6) => StoreError::Busy(error), // SQLITE_BUSY, SQLITE_LOCKED
                 _ => StoreError::Other(error),

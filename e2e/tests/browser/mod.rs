@@ -19,7 +19,10 @@ pub const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-faults");
 const WAIT: Duration = Duration::from_secs(30);
 
 fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The release build of the widget, which the server serves at `/`.
@@ -66,7 +69,10 @@ impl Checkout {
         let driver = Arc::new(Chromedriver(driver));
         let deadline = Instant::now() + WAIT;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not listen on {port}");
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not listen on {port}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -90,7 +96,13 @@ impl Checkout {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .expect("a Chromium session");
-        Checkout { db, server, browser, _driver: driver, _profile: profile }
+        Checkout {
+            db,
+            server,
+            browser,
+            _driver: driver,
+            _profile: profile,
+        }
     }
 
     /// Runs a scenario; if it fails, saves what the shopper saw and the server's log.
@@ -140,7 +152,13 @@ impl Checkout {
     }
 
     pub async fn wait_for(&self, css: &str) -> fantoccini::elements::Element {
-        match self.browser.wait().at_most(WAIT).for_element(Locator::Css(css)).await {
+        match self
+            .browser
+            .wait()
+            .at_most(WAIT)
+            .for_element(Locator::Css(css))
+            .await
+        {
             Ok(element) => element,
             Err(error) => panic!("{css} never appeared: {error}"),
         }
@@ -157,7 +175,10 @@ impl Checkout {
             if text.contains(expected) {
                 return text;
             }
-            assert!(Instant::now() < deadline, "{css} never said {expected:?}; it says {text:?}");
+            assert!(
+                Instant::now() < deadline,
+                "{css} never said {expected:?}; it says {text:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -168,11 +189,18 @@ impl Checkout {
     }
 
     pub async fn count(&self, css: &str) -> usize {
-        self.browser.find_all(Locator::Css(css)).await.map(|v| v.len()).unwrap_or(0)
+        self.browser
+            .find_all(Locator::Css(css))
+            .await
+            .map(|v| v.len())
+            .unwrap_or(0)
     }
 
     pub async fn js(&self, script: &str) -> Value {
-        self.browser.execute(script, vec![]).await.unwrap_or_else(|e| panic!("{script}: {e}"))
+        self.browser
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
     }
 
     /// Clicks `times` times within one JavaScript task: no re-render happens in between, so
@@ -199,25 +227,36 @@ impl Checkout {
     }
 
     pub async fn statuses(&self) -> Vec<String> {
-        let all: Vec<String> = serde_json::from_value(self.js("return window.__statuses || [];").await).unwrap();
+        let all: Vec<String> =
+            serde_json::from_value(self.js("return window.__statuses || [];").await).unwrap();
         all.into_iter().map(|t| t.replace('\u{a0}', " ")).collect()
     }
 
     /// The widget's saved state, as it is in `sessionStorage`.
     pub async fn saved_state(&self) -> Value {
-        let text = self.js("return sessionStorage.getItem('checkout.state');").await;
+        let text = self
+            .js("return sessionStorage.getItem('checkout.state');")
+            .await;
         serde_json::from_str(text.as_str().expect("a saved state")).unwrap()
     }
 
     pub async fn payment_key(&self) -> String {
-        self.saved_state().await["payment"]["key"].as_str().unwrap().to_owned()
+        self.saved_state().await["payment"]["key"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     /// The API as this shopper: to check what the ledger holds.
     pub async fn api(&self) -> Api {
-        let session = self.js("return sessionStorage.getItem('checkout.session');").await;
+        let session = self
+            .js("return sessionStorage.getItem('checkout.session');")
+            .await;
         let session: Value = serde_json::from_str(session.as_str().expect("a session")).unwrap();
-        Api { token: Some(session["token"].as_str().unwrap().to_owned()), ..self.server.api() }
+        Api {
+            token: Some(session["token"].as_str().unwrap().to_owned()),
+            ..self.server.api()
+        }
     }
 
     pub async fn payments_in_db(&self) -> i64 {
@@ -238,16 +277,33 @@ impl Checkout {
 
 async fn start_server(db: &TestDb, faults: &str, port: Option<&str>) -> Server {
     let addr = format!("127.0.0.1:{}", port.unwrap_or("0"));
-    Server::start_with(SERVER, db, &[("CHECKOUT_FAULTS", faults), ("CHECKOUT_STATIC_DIR", &dist()), ("CHECKOUT_ADDR", &addr)])
-        .await
+    Server::start_with(
+        SERVER,
+        db,
+        &[
+            ("CHECKOUT_FAULTS", faults),
+            ("CHECKOUT_STATIC_DIR", &dist()),
+            ("CHECKOUT_ADDR", &addr),
+        ],
+    )
+    .await
 }
 
 /// Reads `idempotency=…` off the server's one-line-per-response log.
 fn outcomes(log: &str, route: &str) -> Vec<String> {
     log.lines()
-        .filter(|line| line.contains("finished processing request") && line.contains(route) && line.contains("method=POST"))
+        .filter(|line| {
+            line.contains("finished processing request")
+                && line.contains(route)
+                && line.contains("method=POST")
+        })
         .map(|line| match line.split("idempotency=").nth(1) {
-            Some(rest) => rest.split(['}', ' ']).next().unwrap_or("").trim_matches('"').to_owned(),
+            Some(rest) => rest
+                .split(['}', ' '])
+                .next()
+                .unwrap_or("")
+                .trim_matches('"')
+                .to_owned(),
             None => "none".to_owned(),
         })
         .collect()

@@ -1,0 +1,480 @@
+//! The campaign: a population of clients sends payments and refunds, about 30 % of them
+//! duplicates (concurrent copies, and retries of the same key after a while), while servers are
+//! SIGKILLed and restarted, PostgreSQL is stopped with `-m immediate` and started again, and the
+//! servers cut some connections right after their commit. Afterwards every key is retried until
+//! it has a definite answer, and every promise of the contract is checked.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use checkout_testkit::{Answer, Api, Backend, Server, TestDb, new_key, postgres};
+use rand::Rng;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub backend: Backend,
+    /// Server instances (all sharing the one database; SQLite gets one).
+    pub servers: usize,
+    /// HTTP requests to send in the attack phase, duplicates included.
+    pub requests: u64,
+    pub clients: usize,
+    pub accounts: usize,
+    /// Percent of committed answers the servers cut off.
+    pub cut_percent: u64,
+    /// Time between two acts of chaos.
+    pub chaos_every: Duration,
+    /// The attack goes on until at least this many acts of chaos have happened.
+    pub min_chaos_acts: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub backend: String,
+    pub servers: usize,
+    pub requests: u64,
+    pub duplicates: u64,
+    pub keys: u64,
+    pub payments: u64,
+    pub refunds: u64,
+    pub declines: u64,
+    pub no_answer: u64,
+    pub server_kills: u64,
+    pub database_restarts: u64,
+    pub final_retries: u64,
+    pub violations: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+enum Intent {
+    Payment {
+        account: usize,
+        body: Value,
+    },
+    Refund {
+        account: usize,
+        payment_id: String,
+        body: Value,
+    },
+}
+
+/// One key: what it asks, and the first definite answer a client saw for it.
+#[derive(Clone, Debug)]
+struct KeyRecord {
+    intent: Intent,
+    first_answer: Option<(StatusCode, String)>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    keys: HashMap<String, KeyRecord>,
+    /// Keys to send again later (after no answer, or just to check the replay).
+    to_retry: Vec<String>,
+    /// Acknowledged payments per account, for refunds: (payment_id, amount).
+    paid: HashMap<usize, Vec<(String, i64)>>,
+    violations: Vec<String>,
+}
+
+/// A definite answer is the key's outcome, stored by the server: success, or a stored refusal.
+fn is_definite(answer: &Answer) -> bool {
+    answer.status.is_success()
+        || answer.status == StatusCode::PAYMENT_REQUIRED
+        || (answer.status == StatusCode::CONFLICT && answer.code() != "idempotency_key_in_use")
+}
+
+struct World {
+    db: TestDb,
+    servers: Vec<Mutex<Server>>,
+    ports: Vec<String>,
+    tokens: Vec<String>,
+    http: reqwest::Client,
+    server_bin: String,
+    cut_percent: u64,
+}
+
+impl World {
+    fn api(&self, server: usize, account: usize) -> Api {
+        Api {
+            base: format!("http://127.0.0.1:{}", self.ports[server]),
+            http: self.http.clone(),
+            token: Some(self.tokens[account].clone()),
+        }
+    }
+
+    async fn send(&self, server: usize, key: &str, intent: &Intent) -> Option<Answer> {
+        let (account, path, body) = match intent {
+            Intent::Payment { account, body } => (*account, "/api/payments".to_owned(), body),
+            Intent::Refund {
+                account,
+                payment_id,
+                body,
+            } => (
+                *account,
+                format!("/api/payments/{payment_id}/refunds"),
+                body,
+            ),
+        };
+        let api = self.api(server, account);
+        api.send(
+            api.post(&path, Some(key), body)
+                .timeout(Duration::from_secs(10)),
+        )
+        .await
+        .ok()
+    }
+
+    async fn start_server(&self, port: &str) -> Server {
+        let faults = format!("drop_after_commit_percent={}", self.cut_percent);
+        let addr = format!("127.0.0.1:{port}");
+        Server::start_with(
+            &self.server_bin,
+            &self.db,
+            &[
+                ("CHECKOUT_ADDR", &addr),
+                ("CHECKOUT_FAULTS", &faults),
+                ("RUST_LOG", "warn,checkout_backend=info"),
+            ],
+        )
+        .await
+    }
+}
+
+pub async fn run(plan: &Plan, server_bin: &str) -> Report {
+    let db = match plan.backend {
+        Backend::Postgres => TestDb::on(postgres::durable_cluster()).await,
+        Backend::Sqlite => TestDb::new(Backend::Sqlite).await,
+    };
+    let servers = if plan.backend == Backend::Sqlite {
+        1
+    } else {
+        plan.servers
+    };
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let mut world = World {
+        db,
+        servers: Vec::new(),
+        ports: Vec::new(),
+        tokens: Vec::new(),
+        http,
+        server_bin: server_bin.to_owned(),
+        cut_percent: plan.cut_percent,
+    };
+    for _ in 0..servers {
+        let port = postgres::free_port().to_string();
+        let server = world.start_server(&port).await;
+        world.ports.push(port);
+        world.servers.push(Mutex::new(server));
+    }
+    let signup = Api::new(&format!("http://127.0.0.1:{}", world.ports[0]));
+    for _ in 0..plan.accounts {
+        world.tokens.push(signup.shopper_token().await);
+    }
+    let world = Arc::new(world);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let sent = Arc::new(AtomicU64::new(0));
+    let duplicates = Arc::new(AtomicU64::new(0));
+    let no_answer = Arc::new(AtomicU64::new(0));
+    let attacking = Arc::new(AtomicBool::new(true));
+    let acts = Arc::new(AtomicU64::new(0));
+
+    // The chaos: kill and restart servers, and crash the database.
+    let chaos = {
+        let (world, attacking, acts, backend, every) = (
+            world.clone(),
+            attacking.clone(),
+            acts.clone(),
+            plan.backend,
+            plan.chaos_every,
+        );
+        tokio::spawn(async move {
+            let (mut kills, mut restarts) = (0u64, 0u64);
+            let mut round = 0u64;
+            while attacking.load(Ordering::SeqCst) {
+                tokio::time::sleep(every).await;
+                if !attacking.load(Ordering::SeqCst) {
+                    break;
+                }
+                round += 1;
+                if backend == Backend::Postgres && round.is_multiple_of(3) {
+                    tokio::task::spawn_blocking(|| postgres::durable_cluster().crash_and_restart())
+                        .await
+                        .unwrap();
+                    restarts += 1;
+                } else {
+                    let victim = rand::rng().random_range(0..world.servers.len());
+                    world.servers[victim].lock().unwrap().kill();
+                    let fresh = world.start_server(&world.ports[victim]).await;
+                    *world.servers[victim].lock().unwrap() = fresh;
+                    kills += 1;
+                }
+                acts.fetch_add(1, Ordering::SeqCst);
+            }
+            (kills, restarts)
+        })
+    };
+
+    // The clients.
+    let clients: Vec<_> = (0..plan.clients)
+        .map(|_| {
+            let (world, ledger, sent, duplicates, no_answer, acts) = (
+                world.clone(),
+                ledger.clone(),
+                sent.clone(),
+                duplicates.clone(),
+                no_answer.clone(),
+                acts.clone(),
+            );
+            let (budget, min_acts) = (plan.requests, plan.min_chaos_acts);
+            tokio::spawn(async move {
+                while sent.load(Ordering::SeqCst) < budget || acts.load(Ordering::SeqCst) < min_acts
+                {
+                    let (key, intent, copies, is_duplicate) =
+                        next_request(&ledger, world.tokens.len());
+                    sent.fetch_add(copies as u64, Ordering::SeqCst);
+                    duplicates.fetch_add(
+                        if is_duplicate {
+                            copies as u64
+                        } else {
+                            copies as u64 - 1
+                        },
+                        Ordering::SeqCst,
+                    );
+                    let answers = futures::future::join_all((0..copies).map(|_| {
+                        let server = rand::rng().random_range(0..world.servers.len());
+                        world.send(server, &key, &intent)
+                    }))
+                    .await;
+                    let mut answered = true;
+                    for answer in answers {
+                        if !record(&ledger, &key, answer.as_ref()) {
+                            no_answer.fetch_add(1, Ordering::SeqCst);
+                            answered = false;
+                        }
+                    }
+                    if !answered {
+                        // A client backs off when its server is gone (a retry policy, not a wait).
+                        let pause = Duration::from_millis(rand::rng().random_range(20..80));
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    attacking.store(false, Ordering::SeqCst);
+    let (server_kills, database_restarts) = chaos.await.unwrap();
+
+    // Settle: every key, retried until it has a definite answer.
+    let keys: Vec<(String, KeyRecord)> = ledger
+        .lock()
+        .unwrap()
+        .keys
+        .iter()
+        .map(|(k, r)| (k.clone(), r.clone()))
+        .collect();
+    let mut final_retries = 0;
+    let mut finals: HashMap<String, Answer> = HashMap::new();
+    for (key, record) in &keys {
+        let mut tries = 0;
+        let answer = loop {
+            tries += 1;
+            let server = tries % world.servers.len();
+            match world.send(server, key, &record.intent).await {
+                Some(answer) if is_definite(&answer) => break Some(answer),
+                _ if tries >= 100 => break None,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        final_retries += tries as u64;
+        let mut ledger = ledger.lock().unwrap();
+        match answer {
+            None => ledger
+                .violations
+                .push(format!("key {key} never got a definite answer")),
+            Some(answer) => {
+                if let Some((status, body)) = &record.first_answer
+                    && (answer.status != *status || answer.body != *body)
+                {
+                    ledger.violations.push(format!(
+                        "key {key}: the replay differs from what the client first saw"
+                    ));
+                }
+                finals.insert(key.clone(), answer);
+            }
+        }
+    }
+
+    // The money.
+    let mut violations = std::mem::take(&mut ledger.lock().unwrap().violations);
+    let (mut payments, mut refunds, mut declines) = (0u64, 0u64, 0u64);
+    for (key, answer) in &finals {
+        if answer.status != StatusCode::CREATED {
+            declines += 1;
+            continue;
+        }
+        let body = answer.json();
+        let (table, column, id) = match body.get("refund_id") {
+            Some(id) => ("refunds", "refund_id", id.as_str().unwrap().to_owned()),
+            None => (
+                "payments",
+                "payment_id",
+                body["payment_id"].as_str().unwrap().to_owned(),
+            ),
+        };
+        if table == "payments" {
+            payments += 1
+        } else {
+            refunds += 1
+        }
+        let found = world
+            .db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM {table} WHERE {column} = '{id}'"
+            ))
+            .await;
+        if found != 1 {
+            violations.push(format!(
+                "key {key}: acknowledged {id} is in {table} {found} times"
+            ));
+        }
+    }
+    let in_db = world.db.scalar("SELECT COUNT(*) FROM payments").await as u64;
+    if in_db != payments {
+        violations.push(format!(
+            "{in_db} payments in the database, {payments} keys answered with one"
+        ));
+    }
+    let refunds_in_db = world.db.scalar("SELECT COUNT(*) FROM refunds").await as u64;
+    if refunds_in_db != refunds {
+        violations.push(format!(
+            "{refunds_in_db} refunds in the database, {refunds} keys answered with one"
+        ));
+    }
+    for broken in world.db.broken_invariants(true).await {
+        violations.push(format!("invariant broken: {broken}"));
+    }
+
+    Report {
+        backend: format!("{:?}", plan.backend),
+        servers,
+        requests: sent.load(Ordering::SeqCst),
+        duplicates: duplicates.load(Ordering::SeqCst),
+        keys: keys.len() as u64,
+        payments,
+        refunds,
+        declines,
+        no_answer: no_answer.load(Ordering::SeqCst),
+        server_kills,
+        database_restarts,
+        final_retries,
+        violations,
+    }
+}
+
+/// The next thing a client sends: a new payment, a new refund, or a key sent before.
+fn next_request(ledger: &Mutex<Ledger>, accounts: usize) -> (String, Intent, usize, bool) {
+    let mut rng = rand::rng();
+    let mut ledger = ledger.lock().unwrap();
+    // About 30 % of requests are duplicates: a fifth are retries of an earlier key, and a fifth
+    // of new intents go out as two concurrent copies.
+    if rng.random_bool(0.2) && !ledger.to_retry.is_empty() {
+        let i = rng.random_range(0..ledger.to_retry.len());
+        let key = ledger.to_retry.swap_remove(i);
+        let intent = ledger.keys[&key].intent.clone();
+        return (key, intent, 1, true);
+    }
+    let account = rng.random_range(0..accounts);
+    let refundable = ledger.paid.get(&account).filter(|p| !p.is_empty()).cloned();
+    let intent = match refundable {
+        Some(paid) if rng.random_bool(0.3) => {
+            let (payment_id, amount) = paid[rng.random_range(0..paid.len())].clone();
+            Intent::Refund {
+                account,
+                payment_id,
+                body: json!({ "amount": rng.random_range(1..=amount.max(1) / 2 + 1) }),
+            }
+        }
+        _ => Intent::Payment {
+            account,
+            body: json!({ "order_id": format!("ord-{}", new_key()), "amount": rng.random_range(100..=1_000) }),
+        },
+    };
+    let key = new_key();
+    ledger.keys.insert(
+        key.clone(),
+        KeyRecord {
+            intent: intent.clone(),
+            first_answer: None,
+        },
+    );
+    let copies = if rng.random_bool(0.2) { 2 } else { 1 };
+    (key, intent, copies, false)
+}
+
+/// Notes an answer; a definite one must equal the first definite one seen for the key.
+/// Returns whether there was an answer at all.
+fn record(ledger: &Mutex<Ledger>, key: &str, answer: Option<&Answer>) -> bool {
+    let mut ledger = ledger.lock().unwrap();
+    let Some(answer) = answer.filter(|a| is_definite(a)) else {
+        ledger.to_retry.push(key.to_owned());
+        return answer.is_some();
+    };
+    let record = ledger.keys.get_mut(key).expect("a known key");
+    match &record.first_answer {
+        Some((status, body)) if *status != answer.status || *body != answer.body => {
+            ledger
+                .violations
+                .push(format!("key {key}: two different definite answers"));
+        }
+        Some(_) => {}
+        None => {
+            record.first_answer = Some((answer.status, answer.body.clone()));
+            if let (Intent::Payment { account, .. }, true) =
+                (&record.intent, answer.status == StatusCode::CREATED)
+            {
+                let body = answer.json();
+                let paid = (
+                    body["payment_id"].as_str().unwrap().to_owned(),
+                    body["amount"].as_i64().unwrap(),
+                );
+                let account = *account;
+                ledger.paid.entry(account).or_default().push(paid);
+            }
+            // Some settled keys are sent again later: their replay must not differ.
+            if rand::rng().random_bool(0.2) {
+                ledger.to_retry.push(key.to_owned());
+            }
+        }
+    }
+    true
+}
+
+impl Report {
+    pub fn summary(&self) -> String {
+        format!(
+            "{} × {} server(s): {} requests ({} duplicates) over {} keys; {} payments, {} refunds, {} declines; \
+             {} requests got no answer; {} server kills, {} database restarts; {} final retries; violations: {}",
+            self.backend,
+            self.servers,
+            self.requests,
+            self.duplicates,
+            self.keys,
+            self.payments,
+            self.refunds,
+            self.declines,
+            self.no_answer,
+            self.server_kills,
+            self.database_restarts,
+            self.final_retries,
+            self.violations.len()
+        )
+    }
+}

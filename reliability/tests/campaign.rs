@@ -1,0 +1,47 @@
+//! The campaign, bounded: a few hundred requests and a few kills on every CI run.
+
+use std::time::Duration;
+
+use checkout_reliability::{Plan, run};
+use checkout_testkit::Backend;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
+
+async fn bounded(backend: Backend, servers: usize) {
+    let plan = Plan {
+        backend,
+        servers,
+        requests: 400,
+        clients: 8,
+        accounts: 6,
+        cut_percent: 5,
+        chaos_every: Duration::from_millis(300),
+        min_chaos_acts: 4,
+    };
+    let report = run(&plan, SERVER).await;
+    eprintln!("{}", report.summary());
+    assert!(
+        report.server_kills >= 2,
+        "the campaign must kill servers: {}",
+        report.summary()
+    );
+    if backend == Backend::Postgres {
+        assert!(
+            report.database_restarts >= 1,
+            "and restart the database: {}",
+            report.summary()
+        );
+    }
+    assert!(report.duplicates > 0 && report.payments > 0);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_servers_on_postgres_lose_nothing_under_kills_and_database_restarts() {
+    bounded(Backend::Postgres, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_server_on_sqlite_loses_nothing_under_kills() {
+    bounded(Backend::Sqlite, 1).await;
+}
