@@ -320,11 +320,7 @@ async fn refund_double_click_credits_once_and_over_refund_is_refused(c: Checkout
     c.click("button.pay", 1).await;
     let payment_id = assert_paid_once(&c).await;
 
-    c.js(
-        "const i = document.querySelector('#refund-amount'); i.value = '100';
-          i.dispatchEvent(new Event('input', {bubbles: true}));",
-    )
-    .await;
+    c.type_into("#refund-amount", "100").await;
     c.click("button.refund-partial", 2).await;
     c.wait_for_text(".refund-status", "Возвращено 100,00\u{a0}₽")
         .await;
@@ -342,11 +338,7 @@ async fn refund_double_click_credits_once_and_over_refund_is_refused(c: Checkout
     // More than the 350,00 ₽ that remain: refused on screen, nothing moves.
     c.click("button.another-refund", 1).await;
     c.wait_for("#refund-amount").await;
-    c.js(
-        "const i = document.querySelector('#refund-amount'); i.value = '400';
-          i.dispatchEvent(new Event('input', {bubbles: true}));",
-    )
-    .await;
+    c.type_into("#refund-amount", "400").await;
     c.click("button.refund-partial", 1).await;
     c.wait_for_text(
         ".refund-status",

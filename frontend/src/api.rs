@@ -14,22 +14,19 @@ use crate::intent::Attempt;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub async fn demo_session() -> Result<DemoSession, String> {
-    let response = Request::post("/api/demo/session")
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !response.ok() {
-        return Err(format!("сервер ответил {}", response.status()));
-    }
-    response.json().await.map_err(|e| e.to_string())
+    fetch_json(Request::post("/api/demo/session")).await
 }
 
 pub async fn account(token: &str) -> Result<Account, String> {
-    let response = Request::get("/api/account")
-        .header("Authorization", &format!("Bearer {token}"))
-        .send()
+    fetch_json(Request::get("/api/account").header("Authorization", &format!("Bearer {token}")))
         .await
-        .map_err(|e| e.to_string())?;
+}
+
+/// An unkeyed call that either answers `2xx` with `T` or fails with a message.
+async fn fetch_json<T: serde::de::DeserializeOwned>(
+    request: gloo_net::http::RequestBuilder,
+) -> Result<T, String> {
+    let response = request.send().await.map_err(|e| e.to_string())?;
     if !response.ok() {
         return Err(format!("сервер ответил {}", response.status()));
     }

@@ -212,6 +212,15 @@ impl Checkout {
         .await;
     }
 
+    /// Sets an input's value as typing would, so that the widget's `input` handler sees it.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        self.js(&format!(
+            "const i = document.querySelector({css:?}); i.value = {text:?};
+             i.dispatchEvent(new Event('input', {{bubbles: true}}));"
+        ))
+        .await;
+    }
+
     /// Every text the status lines showed from now on, in order (kept by the page itself).
     async fn record_statuses(&self) {
         self.js(
