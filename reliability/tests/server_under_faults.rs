@@ -1,0 +1,113 @@
+//! What a slow or stopping server does to requests in flight.
+
+use std::time::Duration;
+
+use checkout_testkit::{Backend, OPENING_BALANCE, Server, TestDb, new_key, payment};
+use reqwest::StatusCode;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_lets_an_in_flight_payment_finish() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::new(backend).await;
+        let mut server = Server::start_with(
+            SERVER,
+            &db,
+            &[("CHECKOUT_FAULTS", "delay_before_commit_ms=1500")],
+        )
+        .await;
+        let shopper = server.api().shopper().await;
+        let key = new_key();
+        let in_flight = tokio::spawn({
+            let (shopper, key) = (shopper.clone(), key.clone());
+            async move { shopper.pay(&key, &payment("ord-term", 700)).await }
+        });
+        // SIGTERM once the payment is inside its transaction (its key row is not committed yet,
+        // so the only sign is the server holding the request).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !server.log().contains("FAULT INJECTION IS ON") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the payment never reached the server"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let status = tokio::task::spawn_blocking(move || {
+            let status = server.terminate();
+            (status, server)
+        });
+        let answer = in_flight.await.unwrap();
+        let (status, _server) = status.await.unwrap();
+        assert_eq!(
+            answer.status,
+            StatusCode::CREATED,
+            "{backend:?}: the in-flight payment finished: {}",
+            answer.body
+        );
+        assert!(status.success(), "{backend:?}: exit {status:?}");
+        let restarted = Server::start(SERVER, &db).await;
+        let again = shopper
+            .on(&restarted)
+            .pay(&key, &payment("ord-term", 700))
+            .await;
+        assert!(again.replayed());
+        assert_eq!(again.body, answer.body);
+        assert_eq!(
+            shopper.on(&restarted).balance().await,
+            OPENING_BALANCE - 700
+        );
+        db.assert_invariants().await;
+    }
+}
+
+/// On PostgreSQL a duplicate waits for the original's key lock at most the lock timeout, then
+/// answers 409 with Retry-After; once the original commits, the duplicate replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_FAULTS", "delay_before_commit_ms=2000"),
+            ("CHECKOUT_LOCK_TIMEOUT_MS", "200"),
+        ],
+    )
+    .await;
+    let shopper = server.api().shopper().await;
+    let (key, body) = (new_key(), payment("ord-slow", 900));
+    let original = tokio::spawn({
+        let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
+        async move { shopper.pay(&key, &body).await }
+    });
+    // Wait until the original holds its claim: its transaction has run every statement and
+    // sits idle in transaction, held open by the fault before its COMMIT.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let holding = "SELECT COUNT(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND state = 'idle in transaction'";
+    while db.scalar(holding).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the payment never reached its commit"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let duplicate = shopper.pay(&key, &body).await;
+    duplicate.assert_problem(409, "idempotency_key_in_use");
+    assert_eq!(
+        duplicate.headers.get("retry-after").map(String::as_str),
+        Some("1")
+    );
+    assert!(
+        !original.is_finished(),
+        "the 409 came while the original was still executing"
+    );
+    let original = original.await.unwrap();
+    assert_eq!(original.status, StatusCode::CREATED);
+    let replay = shopper.pay(&key, &body).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, original.body);
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 900);
+    db.assert_invariants().await;
+}
