@@ -29,6 +29,9 @@ pub enum ApiError {
         "a request with this Idempotency-Key is still executing; retry it shortly with the same key"
     )]
     KeyInUse,
+    /// Every attempt lost a race with concurrent requests (rare; a retry will see their result).
+    #[error("the request kept colliding with concurrent ones; nothing was charged, retry it with the same key")]
+    Contended,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -47,6 +50,7 @@ impl ApiError {
                 ErrorCode::IdempotencyKeyReused,
             ),
             ApiError::KeyInUse => (StatusCode::CONFLICT, ErrorCode::IdempotencyKeyInUse),
+            ApiError::Contended => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ServiceUnavailable),
             ApiError::Store(StoreError::Other(_)) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError)
             }

@@ -171,7 +171,7 @@ pub async fn execute(
         record_outcome("first");
         return Ok(faults::after_commit(response.into_response(false)).await);
     }
-    Err(ApiError::Store(StoreError::Busy(sqlx::Error::PoolTimedOut)))
+    Err(ApiError::Contended)
 }
 
 impl Operation {
