@@ -30,7 +30,9 @@ pub enum ApiError {
     )]
     KeyInUse,
     /// Every attempt lost a race with concurrent requests (rare; a retry will see their result).
-    #[error("the request kept colliding with concurrent ones; nothing was charged, retry it with the same key")]
+    #[error(
+        "the request kept colliding with concurrent ones; nothing was charged, retry it with the same key"
+    )]
     Contended,
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -50,7 +52,10 @@ impl ApiError {
                 ErrorCode::IdempotencyKeyReused,
             ),
             ApiError::KeyInUse => (StatusCode::CONFLICT, ErrorCode::IdempotencyKeyInUse),
-            ApiError::Contended => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ServiceUnavailable),
+            ApiError::Contended => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServiceUnavailable,
+            ),
             ApiError::Store(StoreError::Other(_)) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError)
             }

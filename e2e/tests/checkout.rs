@@ -90,6 +90,15 @@ async fn assert_paid_once(c: &Checkout) -> String {
     payment_id
 }
 
+/// The shopper saw this status line at some point since the page was opened.
+async fn assert_status_seen(c: &Checkout, expected: &str) {
+    let statuses = c.statuses().await;
+    assert!(
+        statuses.iter().any(|s| s == expected),
+        "never showed {expected:?}: {statuses:?}"
+    );
+}
+
 async fn double_click_pays_once(c: Checkout) -> Checkout {
     c.open().await;
     let key = c.payment_key().await;
@@ -179,13 +188,7 @@ async fn lost_response_is_retried_and_replayed(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
     assert_paid_once(&c).await;
-    let statuses = c.statuses().await;
-    assert!(
-        statuses
-            .iter()
-            .any(|s| s == "Соединение потеряно, повторяем… (попытка 2)"),
-        "{statuses:?}"
-    );
+    assert_status_seen(&c, "Соединение потеряно, повторяем… (попытка 2)").await;
     assert_eq!(
         c.payment_outcomes(),
         ["first", "replay"],
@@ -198,13 +201,7 @@ async fn server_error_before_commit_runs_afresh(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
     assert_paid_once(&c).await;
-    let statuses = c.statuses().await;
-    assert!(
-        statuses
-            .iter()
-            .any(|s| s == "Сервер не ответил, повторяем… (попытка 2)"),
-        "{statuses:?}"
-    );
+    assert_status_seen(&c, "Сервер не ответил, повторяем… (попытка 2)").await;
     // The 503 rolled everything back, so the retry was a first execution, not a replay.
     assert_eq!(c.payment_outcomes(), ["none", "first"]);
     c
@@ -214,11 +211,7 @@ async fn in_flight_duplicate_waits_for_the_first(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
     assert_paid_once(&c).await;
-    let statuses = c.statuses().await;
-    assert!(
-        statuses.iter().any(|s| s == "Платёж выполняется, ждём…"),
-        "{statuses:?}"
-    );
+    assert_status_seen(&c, "Платёж выполняется, ждём…").await;
     assert_eq!(c.payment_outcomes(), ["conflict", "conflict", "first"]);
     c
 }

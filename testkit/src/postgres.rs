@@ -129,25 +129,13 @@ impl Cluster {
         let mut text = std::fs::read_to_string(&conf).expect("initdb wrote postgresql.conf");
         text.push_str(&settings);
         std::fs::write(&conf, text).unwrap();
-        let out = pg_command(&bin, "pg_ctl")
-            .args(["-D"])
-            .arg(&data)
-            .args(["-l"])
-            .arg(dir.join("server.log"))
-            .args(["-w", "-t", "60", "start"])
-            .output()
-            .expect("pg_ctl runs");
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         let cluster = Cluster {
             port,
             dir,
             bin,
             data,
         };
+        cluster.start_server();
         cluster.stop_when_tests_exit();
         cluster
     }
@@ -192,6 +180,10 @@ impl Cluster {
             "pg_ctl stop failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        self.start_server();
+    }
+
+    fn start_server(&self) {
         let out = pg_command(&self.bin, "pg_ctl")
             .args(["-D"])
             .arg(&self.data)
@@ -199,7 +191,7 @@ impl Cluster {
             .arg(self.dir.join("server.log"))
             .args(["-w", "-t", "60", "start"])
             .output()
-            .unwrap();
+            .expect("pg_ctl runs");
         assert!(
             out.status.success(),
             "pg_ctl start failed: {}",
