@@ -706,14 +706,12 @@ async fn an_expired_key_is_a_new_key_and_is_swept(backend: Backend) {
         "UPDATE idempotency_keys SET created_at = {two_hours_ago}"
     ))
     .await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while db.scalar("SELECT COUNT(*) FROM idempotency_keys").await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sweeper did not delete the expired key"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    support::wait_until(
+        "the sweeper did not delete the expired key",
+        std::time::Duration::from_secs(20),
+        || async { db.scalar("SELECT COUNT(*) FROM idempotency_keys").await == 0 },
+    )
+    .await;
     assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, 1);
     let fresh = shopper.pay(&key, &payment("ord-ttl-2", 1_000)).await;
     assert_eq!(

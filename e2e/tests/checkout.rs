@@ -5,7 +5,9 @@
 mod browser;
 
 use browser::Checkout;
-use checkout_testkit::OPENING_BALANCE;
+use std::time::Duration;
+
+use checkout_testkit::{OPENING_BALANCE, wait_until};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -90,6 +92,17 @@ async fn assert_paid_once(c: &Checkout) -> String {
     payment_id
 }
 
+/// The server executed the payment once; every other copy that reached it was a replay or
+/// found the key in flight.
+fn assert_executed_once(c: &Checkout) {
+    let outcomes = c.payment_outcomes();
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "first").count(),
+        1,
+        "{outcomes:?}"
+    );
+}
+
 /// The shopper saw this status line at some point since the page was opened.
 async fn assert_status_seen(c: &Checkout, expected: &str) {
     let statuses = c.statuses().await;
@@ -105,12 +118,7 @@ async fn double_click_pays_once(c: Checkout) -> Checkout {
     c.click("button.pay", 2).await;
     assert_paid_once(&c).await;
     assert_eq!(c.payment_key().await, key, "the intent kept its key");
-    let outcomes = c.payment_outcomes();
-    assert_eq!(
-        outcomes.iter().filter(|o| *o == "first").count(),
-        1,
-        "{outcomes:?}"
-    );
+    assert_executed_once(&c);
     c
 }
 
@@ -246,12 +254,7 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
         receipt,
         "both tabs show the one receipt"
     );
-    let outcomes = c.payment_outcomes();
-    assert_eq!(
-        outcomes.iter().filter(|o| *o == "first").count(),
-        1,
-        "{outcomes:?}"
-    );
+    assert_executed_once(&c);
     c
 }
 
@@ -349,14 +352,12 @@ async fn server_killed_while_retrying_ends_on_one_receipt(mut c: Checkout) -> Ch
     c.open().await;
     c.click("button.pay", 1).await;
     // The payment commits; its answer is held back. Kill the server before it is sent.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while c.payments_in_db().await == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the payment never committed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_until(
+        "the payment never committed",
+        Duration::from_secs(30),
+        || async { c.payments_in_db().await > 0 },
+    )
+    .await;
     c.restart_server_on_same_port().await;
     assert_paid_once(&c).await;
     let statuses = c.statuses().await;

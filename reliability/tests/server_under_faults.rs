@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use checkout_testkit::{Backend, OPENING_BALANCE, Server, TestDb, new_key, payment};
+use checkout_testkit::{Backend, OPENING_BALANCE, Server, TestDb, new_key, payment, wait_until};
 use reqwest::StatusCode;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
@@ -25,14 +25,12 @@ async fn sigterm_lets_an_in_flight_payment_finish() {
         });
         // SIGTERM once the payment is inside its transaction (its key row is not committed yet,
         // so the only sign is the server holding the request).
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !server.log().contains("FAULT INJECTION IS ON") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the payment never reached the server"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until(
+            "the payment never reached the server",
+            Duration::from_secs(20),
+            || async { server.log().contains("FAULT INJECTION IS ON") },
+        )
+        .await;
         let status = tokio::task::spawn_blocking(move || {
             let status = server.terminate();
             (status, server)
@@ -83,16 +81,14 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
     });
     // Wait until the original holds its claim: its transaction has run every statement and
     // sits idle in transaction, held open by the fault before its COMMIT.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let holding = "SELECT COUNT(*) FROM pg_stat_activity \
                    WHERE datname = current_database() AND state = 'idle in transaction'";
-    while db.scalar(holding).await == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the payment never reached its commit"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        "the payment never reached its commit",
+        Duration::from_secs(20),
+        || async { db.scalar(holding).await > 0 },
+    )
+    .await;
     let duplicate = shopper.pay(&key, &body).await;
     duplicate.assert_problem(409, "idempotency_key_in_use");
     assert_eq!(

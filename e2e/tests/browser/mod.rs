@@ -67,14 +67,13 @@ impl Checkout {
             .spawn()
             .expect("chromedriver starts (the README's test command installs it)");
         let driver = Arc::new(Chromedriver(driver));
-        let deadline = Instant::now() + WAIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not listen on {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let listening = || async { TcpStream::connect(("127.0.0.1", port)).is_ok() };
+        checkout_testkit::wait_until(
+            &format!("chromedriver did not listen on {port}"),
+            WAIT,
+            listening,
+        )
+        .await;
         let _ = rustls::crypto::ring::default_provider().install_default();
         let profile = Arc::new(tempfile::tempdir().unwrap());
         let mut caps = serde_json::Map::new();
