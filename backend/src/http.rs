@@ -161,10 +161,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
                     ApiError::InvalidRequest(rejection.body_text())
                 }
             })?;
-        let value = serde_json::from_slice(&bytes)
-            .map_err(|error| ApiError::InvalidRequest(format!("invalid JSON body: {error}")))?;
-        let canonical = serde_json::from_slice(&bytes)
-            .map_err(|error| ApiError::InvalidRequest(format!("invalid JSON body: {error}")))?;
+        let invalid = |error: serde_json::Error| {
+            ApiError::InvalidRequest(format!("invalid JSON body: {error}"))
+        };
+        // Parsed twice on purpose: straight into `T` refuses duplicate fields, which a
+        // `Value` would silently collapse; the `Value` is what the fingerprint canonicalises.
+        let value = serde_json::from_slice(&bytes).map_err(invalid)?;
+        let canonical = serde_json::from_slice(&bytes).map_err(invalid)?;
         Ok(JsonBody { value, canonical })
     }
 }
