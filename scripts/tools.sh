@@ -1,51 +1,149 @@
 # Sourced by scripts/run and scripts/test: installs what is missing, and only that, so both are
 # safe to run twice. Needs the package registries (crates.io, npm, Debian), nothing else.
+#
+# Every step says what it does; a failed step ends the script with one line naming the step and
+# why (the installer's own output stays above it). Each check is a plain `if`, never a command
+# substitution that `set -euo pipefail` could kill when the tool is absent.
+#
+# scripts/tests/installer.sh runs install_tools with each tool absent in turn and the installers
+# (apt-get, cargo, npm, rustup) replaced by stubs; these variables are its seams:
+#   CHECKOUT_ROOT     the project (Cargo.lock, tools/package.json); default: this checkout
+#   CHECKOUT_PG_BIN   where Debian keeps PostgreSQL's programs; default /usr/lib/postgresql/15/bin
+
+CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
+TRUNK_VERSION=0.21.14
+BINARYEN_VERSION=132
+
+say() { printf '==> %s\n' "$*"; }
+
+# One line on stderr, then exit: "<script>: <step> failed: <why>".
+fail() {
+    printf '%s: %s failed: %s\n' "$(basename "${0:-setup}")" "$1" "$2" >&2
+    exit 1
+}
+
+# step "what it does" command…: says what it does, runs it, and on failure ends with one line.
+step() {
+    local what="$1"
+    shift
+    say "$what"
+    local status=0
+    "$@" || status=$?
+    [ "$status" -eq 0 ] || fail "$what" "\`$*\` exited with status $status (its output is above)"
+}
+
+# The first line a command prints, or nothing when it is absent or fails.
+version_of() {
+    local out
+    out=$("$@" 2>/dev/null) || return 0
+    printf '%s\n' "${out%%$'\n'*}"
+}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        fail "installing Debian packages" "not root and no sudo to run: $*"
+    fi
+}
+
+apt_install() {
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+# The wasm-bindgen version Cargo.lock pins (the CLI must be exactly it).
+locked_wasm_bindgen() {
+    awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3; exit }' \
+        "$CHECKOUT_ROOT/Cargo.lock"
+}
+
+has_postgres() {
+    [ -x "$CHECKOUT_PG_BIN/initdb" ] && [ -x "$CHECKOUT_PG_BIN/pg_ctl" ] && return 0
+    command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1
+}
+
+has_wasm_target() {
+    local installed
+    installed=$(rustup target list --installed 2>/dev/null) || return 1
+    [[ $'\n'"$installed"$'\n' == *$'\nwasm32-unknown-unknown\n'* ]]
+}
+
+has_trunk() {
+    [[ "$(version_of trunk --version)" == "trunk $TRUNK_VERSION" ]]
+}
+
+has_wasm_bindgen() {
+    local want
+    want=$(locked_wasm_bindgen)
+    [ -n "$want" ] || fail "reading Cargo.lock" "no wasm-bindgen version in $CHECKOUT_ROOT/Cargo.lock"
+    [[ "$(version_of wasm-bindgen --version)" == "wasm-bindgen $want" ]]
+}
+
+wasm_opt() { printf '%s\n' "$CHECKOUT_ROOT/tools/node_modules/.bin/wasm-opt"; }
+
+has_wasm_opt() {
+    [[ "$(version_of "$(wasm_opt)" --version)" == *"version $BINARYEN_VERSION"* ]]
+}
+
+# Fails the step when a tool that was just installed still cannot be found.
+verify() {
+    local what="$1" check="$2"
+    "$check" || fail "$what" "it was installed, but \`$check\` still does not find it"
+}
 
 install_tools() {
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
+    export PATH="$CHECKOUT_ROOT/tools/node_modules/.bin:${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
-    local missing=()
-    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-    command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
-    command -v npm >/dev/null 2>&1 || missing+=(npm)
-    if [ ! -x /usr/lib/postgresql/15/bin/initdb ] && ! command -v initdb >/dev/null 2>&1; then
-        missing+=(postgresql)
-    fi
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "==> installing ${missing[*]} (Debian)"
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+    # Debian's packages, in one apt-get call.
+    local debian=()
+    command -v chromium >/dev/null 2>&1 || debian+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || debian+=(chromium-driver)
+    command -v npm >/dev/null 2>&1 || debian+=(npm)
+    has_postgres || debian+=(postgresql)
+    if [ ${#debian[@]} -gt 0 ]; then
+        step "installing ${debian[*]} (Debian packages)" apt_install "${debian[@]}"
+        command -v chromium >/dev/null 2>&1 || fail "installing chromium" "no chromium on PATH"
+        command -v chromedriver >/dev/null 2>&1 || fail "installing chromium-driver" "no chromedriver on PATH"
+        command -v npm >/dev/null 2>&1 || fail "installing npm" "no npm on PATH"
+        verify "installing postgresql" has_postgres
     fi
 
-    # The toolchain comes from rust-toolchain.toml; make sure its wasm target is there.
-    rustup target add wasm32-unknown-unknown >/dev/null
+    # The toolchain itself comes from rust-toolchain.toml; its wasm target may not.
+    if ! has_wasm_target; then
+        step "adding the Rust target wasm32-unknown-unknown" rustup target add wasm32-unknown-unknown
+        verify "adding the Rust target wasm32-unknown-unknown" has_wasm_target
+    fi
 
     # Trunk 0.22 needs a newer rustc than the pinned one.
-    if ! trunk --version 2>/dev/null | grep -q '^trunk 0\.21\.'; then
-        echo "==> installing trunk 0.21.14 (about 11 minutes)"
-        cargo install trunk --version 0.21.14 --locked
+    if ! has_trunk; then
+        step "installing trunk $TRUNK_VERSION with cargo (6 to 11 minutes, once)" \
+            cargo install trunk --version "$TRUNK_VERSION" --locked
+        verify "installing trunk $TRUNK_VERSION" has_trunk
     fi
 
     # Trunk runs offline, so the wasm-bindgen CLI must be exactly the locked crate's version.
-    local want have
-    want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
-    have=$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }')
-    if [ "$have" != "$want" ]; then
-        echo "==> installing wasm-bindgen-cli $want"
-        cargo install wasm-bindgen-cli --version "$want"
+    if ! has_wasm_bindgen; then
+        local want
+        want=$(locked_wasm_bindgen)
+        step "installing wasm-bindgen-cli $want with cargo (about 3 minutes, once)" \
+            cargo install wasm-bindgen-cli --version "$want"
+        verify "installing wasm-bindgen-cli $want" has_wasm_bindgen
     fi
 
     # wasm-opt: binaryen 132 from npm (Debian's 108 breaks wasm-bindgen's output).
-    if [ ! -x tools/node_modules/.bin/wasm-opt ]; then
-        echo "==> installing binaryen (npm) for wasm-opt"
-        (cd tools && npm ci --no-audit --no-fund --silent)
+    if ! has_wasm_opt; then
+        step "installing binaryen $BINARYEN_VERSION (wasm-opt) from npm into tools/" \
+            npm ci --prefix "$CHECKOUT_ROOT/tools" --no-audit --no-fund --silent
+        verify "installing binaryen $BINARYEN_VERSION" has_wasm_opt
     fi
-    export PATH="$PWD/tools/node_modules/.bin:$HOME/.cargo/bin:$PATH"
+    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), $(version_of chromium --version)"
 }
 
 # The widget, release-built into dist/: smallest code (opt-level z, LTO, wasm-opt -Oz).
 build_widget() {
-    echo "==> building the widget into dist/"
-    trunk build --offline --release --cargo-profile wasm-release
+    step "building the widget into dist/" \
+        trunk build --offline --release --cargo-profile wasm-release
 }

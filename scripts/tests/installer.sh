@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The installer's own test: runs install_tools (scripts/tools.sh) under `set -euo pipefail` with
+# a PATH where each tool in turn is absent and the real installers (apt-get, cargo, npm, rustup)
+# are stubs that record what they were asked to install and then put a fake of it in place.
+# Asserts that exactly the missing tool is installed and that the script exits 0; that a present
+# tool is never reinstalled; that a failing installer ends with one line naming the step.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+tools_sh="$here/../tools.sh"
+lock_version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3; exit }' \
+    "$here/../../Cargo.lock")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+# A fake executable that prints one line (its version) and, if asked, records its calls.
+fake() {
+    local path="$1" line="$2"
+    mkdir -p "$(dirname "$path")"
+    printf '#!/bin/bash\necho %q\n' "$line" >"$path"
+    chmod +x "$path"
+}
+
+fake_trunk() { fake "$1/trunk" "trunk 0.21.14"; }
+fake_wasm_bindgen() { fake "$1/wasm-bindgen" "wasm-bindgen $lock_version"; }
+fake_wasm_opt() { fake "$1/wasm-opt" "wasm-opt version 132 (version_132)"; }
+fake_chromium() { fake "$1/chromium" "Chromium 156.0.8078.73"; }
+fake_chromedriver() { fake "$1/chromedriver" "ChromeDriver 156.0.8078.73"; }
+fake_postgres() { fake "$1/initdb" "initdb (PostgreSQL) 15"; fake "$1/pg_ctl" "pg_ctl (PostgreSQL) 15"; }
+
+# A world where every tool is present, except those named; the installers are stubs.
+make_world() {
+    local dir="$1"
+    shift
+    local absent=" $* " tool
+    mkdir -p "$dir/bin" "$dir/sys" "$dir/cargo/bin" "$dir/root/tools" "$dir/pg"
+    : >"$dir/installs"
+    cp "$here/../../Cargo.lock" "$dir/root/Cargo.lock"
+    # Only the system programs the installer needs, so that no real tool leaks in.
+    for tool in bash awk env id basename dirname mkdir chmod; do
+        ln -s "$(command -v "$tool")" "$dir/sys/$tool"
+    done
+    fake "$dir/bin/id" "0" # as root: apt-get is called directly
+    # The stubs below make their fakes with the same functions as this test.
+    { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_chromium fake_chromedriver \
+        fake_postgres; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+    [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
+    [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
+    [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+    [[ $absent == *" chromium "* ]] || fake_chromium "$dir/bin"
+    [[ $absent == *" chromedriver "* ]] || fake_chromedriver "$dir/bin"
+    [[ $absent == *" postgresql "* ]] || fake_postgres "$dir/pg"
+    [[ $absent == *" wasm32 "* ]] || : >"$dir/wasm32-installed"
+    [[ $absent == *" trunk-0.22 "* ]] && fake "$dir/cargo/bin/trunk" "trunk 0.22.0"
+
+    # The installers: each records its install request, then makes the fake it would install.
+    cat >"$dir/bin/apt-get" <<STUB
+#!/bin/bash
+. "$dir/fakes.sh"
+[ "\$1" = update ] && exit 0
+shift 3 # install -y -qq
+echo "apt-get install \$*" >>"$dir/installs"
+for package in "\$@"; do
+    case \$package in
+        chromium) fake_chromium "$dir/bin" ;;
+        chromium-driver) fake_chromedriver "$dir/bin" ;;
+        postgresql) fake_postgres "$dir/pg" ;;
+        npm) ;;
+        *) echo "unexpected package \$package" >&2; exit 100 ;;
+    esac
+done
+STUB
+    cat >"$dir/bin/cargo" <<STUB
+#!/bin/bash
+. "$dir/fakes.sh"
+echo "cargo \$*" >>"$dir/installs"
+[ -n "\${FAIL_CARGO:-}" ] && { echo "error: failed to compile (stub)" >&2; exit 101; }
+case \$2 in
+    trunk) fake_trunk "$dir/cargo/bin" ;;
+    wasm-bindgen-cli) fake_wasm_bindgen "$dir/cargo/bin" ;;
+esac
+STUB
+    cat >"$dir/bin/npm" <<STUB
+#!/bin/bash
+. "$dir/fakes.sh"
+echo "npm \$1" >>"$dir/installs"
+fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+STUB
+    cat >"$dir/bin/rustup" <<STUB
+#!/bin/bash
+if [ "\$2" = list ]; then
+    echo x86_64-unknown-linux-gnu
+    [ -e "$dir/wasm32-installed" ] && echo wasm32-unknown-unknown
+    exit 0
+fi
+echo "rustup \$*" >>"$dir/installs"
+: >"$dir/wasm32-installed"
+STUB
+    chmod +x "$dir/bin/"*
+}
+
+# Runs install_tools in the world, as scripts/test does (set -euo pipefail).
+install_in() {
+    local dir="$1"
+    env -i HOME="$dir" CARGO_HOME="$dir/cargo" CHECKOUT_ROOT="$dir/root" CHECKOUT_PG_BIN="$dir/pg" \
+        FAIL_CARGO="${FAIL_CARGO:-}" PATH="$dir/bin:$dir/sys" \
+        "$(command -v bash)" -c "set -euo pipefail; . '$tools_sh'; install_tools" \
+        >"$dir/stdout" 2>"$dir/stderr"
+}
+
+check() {
+    local name="$1" ok="$2" detail="$3"
+    if [ "$ok" = yes ]; then
+        passed=$((passed + 1))
+        echo "  ok    $name"
+    else
+        failed=$((failed + 1))
+        echo "  FAIL  $name: $detail"
+    fi
+}
+
+expect_installs() {
+    local name="$1" dir="$2" status="$3"
+    shift 3
+    local want got
+    want=$(printf '%s\n' "$@")
+    got=$(cat "$dir/installs")
+    if [ "$status" -eq 0 ] && [ "$got" = "$want" ]; then
+        check "$name" yes ""
+    else
+        check "$name" no "exit $status; installed [${got//$'\n'/; }], wanted [${want//$'\n'/; }]; stderr: $(cat "$dir/stderr")"
+    fi
+}
+
+echo "installer: each tool absent in turn, installers stubbed"
+declare -A install_of=(
+    [trunk]="cargo install trunk --version 0.21.14 --locked"
+    [wasm-bindgen]="cargo install wasm-bindgen-cli --version $lock_version"
+    [wasm-opt]="npm ci"
+    [chromium]="apt-get install chromium"
+    [chromedriver]="apt-get install chromium-driver"
+    [postgresql]="apt-get install postgresql"
+    [wasm32]="rustup target add wasm32-unknown-unknown"
+)
+for tool in trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32; do
+    dir="$work/absent-$tool"
+    make_world "$dir" "$tool"
+    install_in "$dir"
+    expect_installs "without $tool, installs exactly $tool" "$dir" $? "${install_of[$tool]}"
+done
+
+dir="$work/complete"
+make_world "$dir"
+install_in "$dir"
+expect_installs "with every tool present, installs nothing" "$dir" $?
+
+dir="$work/bare"
+make_world "$dir" trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32
+install_in "$dir"
+expect_installs "on a bare machine, installs everything" "$dir" $? \
+    "apt-get install chromium chromium-driver postgresql" \
+    "rustup target add wasm32-unknown-unknown" \
+    "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci"
+: >"$dir/installs"
+install_in "$dir"
+expect_installs "run twice, the second run installs nothing" "$dir" $?
+
+dir="$work/old-trunk"
+make_world "$dir" trunk-0.22
+install_in "$dir"
+expect_installs "trunk 0.22 on PATH is replaced by 0.21.14" "$dir" $? "${install_of[trunk]}"
+
+dir="$work/failing"
+make_world "$dir" trunk
+FAIL_CARGO=1 install_in "$dir"
+status=$?
+last=$(tail -n 1 "$dir/stderr")
+if [ "$status" -ne 0 ] && [[ $last == "bash: installing trunk 0.21.14 with cargo"*"failed: "*"status 101"* ]]; then
+    check "a failing installer stops the script with one line naming the step" yes ""
+else
+    check "a failing installer stops the script with one line naming the step" no "exit $status, last line: $last"
+fi
+
+echo "installer: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
