@@ -6,15 +6,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{FromRequestParts, State};
-use axum::http::{header, request::Parts};
+use axum::extract::State;
 use checkout_shared::{Account, DemoSession};
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
-use crate::clock;
 use crate::error::ApiError;
-use crate::store::{EntryKind, LedgerEntry};
+use crate::store::{EntryKind, LedgerEntry, Store};
+use crate::{clock, ids};
 
 /// A demo shopper's opening balance: 1 000,00 ₽.
 pub const DEMO_OPENING_BALANCE: i64 = 100_000;
@@ -25,38 +24,6 @@ pub const DEFAULT_CURRENCY: &str = "RUB";
 pub struct Principal {
     pub account_id: String,
     pub currency: String,
-}
-
-impl FromRequestParts<AppState> for Principal {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
-                let (scheme, token) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .filter(|token| !token.is_empty())
-            .ok_or(ApiError::Unauthorized)?;
-        let hash = token_hash(token);
-        if let Some(principal) = app.principals.get(&hash) {
-            return Ok(principal);
-        }
-        let (account_id, currency) = app
-            .store
-            .account_by_token_hash(&hash)
-            .await?
-            .ok_or(ApiError::Unauthorized)?;
-        let principal = Principal {
-            account_id,
-            currency,
-        };
-        app.principals.put(hash, principal.clone());
-        Ok(principal)
-    }
 }
 
 /// Recently seen tokens, so that a request costs no database round trip to authenticate. A
@@ -70,6 +37,27 @@ pub struct PrincipalCache {
 impl PrincipalCache {
     const TTL: Duration = Duration::from_secs(60);
     const CAPACITY: usize = 10_000;
+
+    /// The account holding the token with this hash, from the cache or the database.
+    pub async fn authenticate(
+        &self,
+        store: &Store,
+        token_hash: &str,
+    ) -> Result<Principal, ApiError> {
+        if let Some(principal) = self.get(token_hash) {
+            return Ok(principal);
+        }
+        let (account_id, currency) = store
+            .account_by_token_hash(token_hash)
+            .await?
+            .ok_or(ApiError::Unauthorized)?;
+        let principal = Principal {
+            account_id,
+            currency,
+        };
+        self.put(token_hash.to_owned(), principal.clone());
+        Ok(principal)
+    }
 
     fn get(&self, token_hash: &str) -> Option<Principal> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -124,7 +112,7 @@ pub async fn create_demo_session(
             "demo mode is off (set CHECKOUT_DEMO=1)".into(),
         ));
     }
-    let account_id = format!("acc_{}", uuid::Uuid::new_v4().simple());
+    let account_id = ids::new_id("acc_");
     let token = format!(
         "tok_{}{}",
         uuid::Uuid::new_v4().simple(),

@@ -1,5 +1,5 @@
 //! The `checkout-server` command: settings, logging, runtime. A library function so that a test
-//! build with fault injection can be the very same program.
+//! or benchmark server (given [`Seams`]) is the very same program.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -7,9 +7,16 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+use crate::Seams;
 use crate::config::Config;
 
+/// `checkout-server` as shipped.
 pub fn main() -> ExitCode {
+    main_with(Seams::default())
+}
+
+/// The same program with test or benchmark seams.
+pub fn main_with(seams: Seams) -> ExitCode {
     let config = match Config::try_parse() {
         Ok(config) => config,
         Err(error) if !error.use_stderr() => error.exit(), // --help, --version
@@ -34,7 +41,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(crate::run(config)) {
+    match runtime.block_on(crate::run(config, seams)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("checkout-server: {error}");

@@ -1,15 +1,8 @@
 //! Time as the database stores it (Unix milliseconds) and as the API shows it (RFC 3339).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
-pub fn now_ms() -> i64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
-}
+pub use checkout_idempotency::now_ms;
 
 /// `1764683352345` → `2025-12-02T13:49:12.345Z`; the same instant always gives the same text.
 pub fn rfc3339(ms: i64) -> String {

@@ -79,21 +79,73 @@ impl Config {
         Duration::from_millis(self.lock_timeout_ms)
     }
 
-    /// The database URL without its password, fit for a log line.
+    /// The database URL without its credentials, fit for a log line: the password in the
+    /// user-info part and every query parameter that can carry a secret are replaced by `***`.
     pub fn database_url_redacted(&self) -> String {
-        match (self.database_url.find("://"), self.database_url.rfind('@')) {
-            (Some(scheme_end), Some(at)) if at > scheme_end => {
-                let credentials = &self.database_url[scheme_end + 3..at];
-                match credentials.split_once(':') {
-                    Some((user, _)) => format!(
-                        "{}{user}:***{}",
-                        &self.database_url[..scheme_end + 3],
-                        &self.database_url[at..]
-                    ),
-                    None => self.database_url.clone(),
-                }
-            }
-            _ => self.database_url.clone(),
+        redact_url(&self.database_url)
+    }
+}
+
+/// Query parameters (libpq and sqlx spellings) whose values are secrets.
+const SECRET_PARAMETERS: [&str; 4] = ["password", "sslpassword", "passfile", "sslkey"];
+
+fn redact_url(text: &str) -> String {
+    let Ok(mut url) = url::Url::parse(text) else {
+        // Not a URL we can take apart: say only which kind of database it names.
+        let scheme = text.split(':').next().unwrap_or("");
+        return format!("{scheme}:<unparsable URL, not shown>");
+    };
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(name, value)| {
+                let secret = SECRET_PARAMETERS.contains(&name.to_ascii_lowercase().as_str());
+                let value = if secret {
+                    "***".to_owned()
+                } else {
+                    value.into_owned()
+                };
+                (name.into_owned(), value)
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn no_credential_form_survives_redaction() {
+        for (url, secret) in [
+            ("postgres://checkout:s3cret@db:5432/checkout", "s3cret"),
+            (
+                "postgres://db/checkout?user=checkout&password=s3cret",
+                "s3cret",
+            ),
+            (
+                "postgres://db/checkout?PassWord=s3cret&sslmode=require",
+                "s3cret",
+            ),
+            (
+                "postgresql://u@db/c?sslpassword=s3cret&sslkey=/keys/s3cret.key",
+                "s3cret",
+            ),
+            ("postgres://u:p%40ss@db/c", "p%40ss"),
+            ("postgres://u:s3cret@db:notaport/c", "s3cret"),
+        ] {
+            let redacted = redact_url(url);
+            assert!(!redacted.contains(secret), "{url} → {redacted}");
         }
+        assert_eq!(
+            redact_url("postgres://checkout:s3cret@db/checkout?sslmode=require"),
+            "postgres://checkout:***@db/checkout?sslmode=require"
+        );
+        assert_eq!(redact_url("sqlite://checkout.db"), "sqlite://checkout.db");
     }
 }

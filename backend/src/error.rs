@@ -2,6 +2,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use checkout_idempotency::{Classify, Failure};
 use checkout_shared::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};
 
 use crate::store::StoreError;
@@ -38,6 +39,16 @@ pub enum ApiError {
     Store(#[from] StoreError),
 }
 
+/// Whether the protocol may run the transaction again (a lost race) or must stop.
+impl Classify for ApiError {
+    fn failure(&self) -> Failure {
+        match self {
+            ApiError::Store(error) => error.failure(),
+            _ => Failure::Fatal,
+        }
+    }
+}
+
 impl ApiError {
     fn status_and_code(&self) -> (StatusCode, ErrorCode) {
         match self {
@@ -56,7 +67,7 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::ServiceUnavailable,
             ),
-            ApiError::Store(StoreError::Other(_)) => {
+            ApiError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError)
             }
             ApiError::Store(_) => (
@@ -75,7 +86,9 @@ impl IntoResponse for ApiError {
             ApiError::Store(error) => {
                 tracing::error!(%error, "store error");
                 match error {
-                    StoreError::Other(_) => "internal error; nothing was charged, retry with the same key",
+                    StoreError::Other(_) | StoreError::LostClaim => {
+                        "internal error; nothing was charged, retry with the same key"
+                    }
                     _ => "the database is busy or unreachable; nothing was charged, retry with the same key",
                 }
                 .to_owned()

@@ -1,20 +1,21 @@
-//! The router and what surrounds every request: body limit, timeout, request id, tracing, and
-//! problem+json for errors the framework produces itself.
+//! The router and what surrounds every request: body limit, timeout, request id, tracing,
+//! security headers, and problem+json for errors the framework produces itself.
 
 use std::{path::Path, time::Duration};
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
+use base64::Engine;
 use checkout_shared::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};
-use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
@@ -26,27 +27,36 @@ pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// either replays or runs afresh.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub fn router(app: AppState, static_dir: &Path) -> Router {
-    let api = Router::new()
+/// The API, the built widget at `/`, and the layers around them. `routes` and `wrap` are the
+/// test and benchmark seams (see [`crate::Seams`]); the shipped server passes neither.
+pub fn router(
+    app: AppState,
+    static_dir: &Path,
+    routes: Option<Router<AppState>>,
+    wrap: Option<Box<dyn FnOnce(Router) -> Router + Send>>,
+) -> Router {
+    let mut api = Router::new()
         .route("/api/payments", post(payments::create))
         .route("/api/payments/{payment_id}", get(payments::get))
         .route("/api/payments/{payment_id}/refunds", post(refunds::create))
         .route("/api/account", get(accounts::get))
         .route("/api/demo/session", post(accounts::create_demo_session))
         .route("/healthz", get(healthz));
-    #[cfg(feature = "bench-routes")]
-    let api = api.route(
-        "/api/bench/unkeyed-payments",
-        post(crate::bench::unkeyed_payment),
-    );
-    let api = api.with_state(app);
+    if let Some(routes) = routes {
+        api = api.merge(routes);
+    }
+    let mut api = api.with_state(app);
+    if let Some(wrap) = wrap {
+        api = wrap(api);
+    }
     let api = if static_dir.is_dir() {
         api.fallback_service(ServeDir::new(static_dir).append_index_html_on_directories(true))
     } else {
         api
     };
     // Innermost first: each `layer` wraps everything above it.
-    api.layer(RequestBodyLimitLayer::new(BODY_LIMIT_BYTES))
+    let api = api
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT_BYTES))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
@@ -72,7 +82,13 @@ pub fn router(app: AppState, static_dir: &Path) -> Router {
                 // One line per request, with its status, latency and idempotency outcome.
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+    // Outermost, so that every answer has them, the framework's own errors included.
+    security_headers(static_dir)
+        .into_iter()
+        .fold(api, |api, (name, value)| {
+            api.layer(SetResponseHeaderLayer::overriding(name, value))
+        })
 }
 
 /// `GET /healthz`: `200` when the database answers.
@@ -122,52 +138,63 @@ async fn problem_for_bare_errors(response: Response) -> Response {
     problem_answer
 }
 
-/// A JSON request body: parsed strictly into `T` (unknown fields, wrong types, fractional or
-/// string amounts are `400`), and kept as a JSON value for the request's fingerprint.
-pub struct JsonBody<T> {
-    pub value: T,
-    pub canonical: Value,
+/// A strict policy for the widget's pages: scripts, styles and connections from this origin
+/// only, WebAssembly allowed to compile, no framing. The bearer token in `sessionStorage` is only
+/// as safe as the page's script policy. Trunk's build loads the widget with one inline module
+/// script; its SHA-256 (read from the built `index.html` at start) is the only inline script
+/// allowed.
+fn security_headers(static_dir: &Path) -> Vec<(HeaderName, HeaderValue)> {
+    let index = std::fs::read_to_string(static_dir.join("index.html")).unwrap_or_default();
+    let inline_scripts: String = inline_scripts(&index)
+        .map(|script| {
+            let digest = Sha256::digest(script.as_bytes());
+            format!(
+                " 'sha256-{}'",
+                base64::engine::general_purpose::STANDARD.encode(digest)
+            )
+        })
+        .collect();
+    let policy = format!(
+        "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'{inline_scripts}; \
+         style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
+         base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    );
+    vec![
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_str(&policy).expect("the policy is ASCII"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ),
+    ]
 }
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
+/// The contents of `<script>` elements that have no `src`, exactly as written.
+fn inline_scripts(html: &str) -> impl Iterator<Item = &str> {
+    html.split("<script").skip(1).filter_map(|rest| {
+        let (attributes, rest) = rest.split_once('>')?;
+        let (content, _) = rest.split_once("</script>")?;
+        (!attributes.contains("src=")).then_some(content)
+    })
+}
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let content_type = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            });
-        let is_json = content_type.as_deref().is_some_and(|t| {
-            t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"))
-        });
-        if !is_json {
-            return Err(ApiError::InvalidRequest(
-                "send the body as JSON with `Content-Type: application/json`".into(),
-            ));
-        }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge
-                } else {
-                    ApiError::InvalidRequest(rejection.body_text())
-                }
-            })?;
-        let invalid = |error: serde_json::Error| {
-            ApiError::InvalidRequest(format!("invalid JSON body: {error}"))
-        };
-        // Parsed twice on purpose: straight into `T` refuses duplicate fields, which a
-        // `Value` would silently collapse; the `Value` is what the fingerprint canonicalises.
-        let value = serde_json::from_slice(&bytes).map_err(invalid)?;
-        let canonical = serde_json::from_slice(&bytes).map_err(invalid)?;
-        Ok(JsonBody { value, canonical })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_inline_scripts_are_hashed() {
+        let html = r#"<head><script type="module" nonce="x">import init from '/a.js';init();</script>
+            <script src="/b.js"></script><script>
+</script></head>"#;
+        let found: Vec<_> = inline_scripts(html).collect();
+        assert_eq!(found, ["import init from '/a.js';init();", "\n"]);
     }
 }

@@ -1,28 +1,35 @@
 //! The idempotent checkout server: keyed payments and refunds that move money exactly once.
 //!
-//! - [`idempotency`]: the protocol (claim → guarded change → ledger → stored response → commit);
-//! - [`payments`], [`refunds`]: the business steps run inside it, and their handlers;
+//! - the protocol (claim → guarded change → ledger → stored response → commit) is the
+//!   framework-free crate `checkout-idempotency`; [`keyed`] turns its outcomes into HTTP;
+//! - [`payments`], [`refunds`]: the operations run inside it, and their handlers;
 //! - [`accounts`]: who is calling, balances, demo shoppers;
 //! - [`store`]: SQLite or PostgreSQL behind one API;
-//! - [`http`]: routes and layers; [`error`]: the problem+json error; [`config`]: settings.
+//! - [`http`]: the router and its layers; [`extract`]: what handlers take from a request;
+//!   [`error`]: the problem+json error; [`config`]: settings; [`cli`]: the command.
+//!
+//! The shipped `checkout-server` runs with [`Seams::default`]. Test and benchmark servers (in
+//! the e2e, reliability and bench crates) are this same program given hooks or routes through
+//! [`Seams`]; nothing of theirs is compiled into this crate.
 
 pub mod accounts;
-#[cfg(feature = "bench-routes")]
-pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod error;
-pub mod faults;
+pub mod extract;
 pub mod http;
-pub mod idempotency;
+pub mod ids;
+pub mod keyed;
 pub mod payments;
 pub mod refunds;
 pub mod store;
 pub mod sweeper;
 
 use std::sync::Arc;
-use std::time::Duration;
+
+use axum::Router;
+use checkout_idempotency::{Hooks, Protocol};
 
 use crate::config::Config;
 use crate::store::Store;
@@ -31,9 +38,21 @@ use crate::store::Store;
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub store: Store,
+    pub protocol: Protocol,
     pub principals: Arc<accounts::PrincipalCache>,
-    pub key_ttl: Duration,
     pub demo: bool,
+}
+
+/// What a test or benchmark build adds to the server. The shipped binary runs with the
+/// default, which adds nothing.
+#[derive(Default)]
+pub struct Seams {
+    /// Called by the protocol before each claim and before each commit.
+    pub hooks: Option<Arc<dyn Hooks>>,
+    /// More routes, served beside the API (e.g. a benchmark's).
+    pub routes: Option<Router<AppState>>,
+    /// Wraps the API's handlers, inside the logging and error layers (e.g. to lose answers).
+    pub wrap: Option<Box<dyn FnOnce(Router) -> Router + Send>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +69,7 @@ pub enum StartError {
 }
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
-pub async fn run(config: Config) -> Result<(), StartError> {
+pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     let store = Store::connect(
         &config.database_url,
         config.db_pool_size(),
@@ -70,13 +89,17 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     let addr = listener.local_addr().map_err(StartError::Serve)?;
 
     let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
+    let mut protocol = Protocol::new(config.key_ttl());
+    if let Some(hooks) = seams.hooks {
+        protocol = protocol.with_hooks(hooks);
+    }
     let app = AppState {
         store,
+        protocol,
         principals: Arc::default(),
-        key_ttl: config.key_ttl(),
         demo: config.demo,
     };
-    let router = http::router(app, &config.static_dir);
+    let router = http::router(app, &config.static_dir, seams.routes, seams.wrap);
 
     tracing::info!(
         database = %config.database_url_redacted(),

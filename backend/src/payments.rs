@@ -1,9 +1,9 @@
 //! Payments: the keyed debit of a shopper's account for one order.
 
 use axum::Json;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::State;
 use axum::response::Response;
+use checkout_idempotency::{Claim, Decision, Fingerprint, Operation};
 use checkout_shared::{
     CreatePayment, ErrorCode, Payment, PaymentDetails, PaymentStatus, Problem, Refund,
     validate_amount, validate_currency, validate_order_id,
@@ -13,9 +13,9 @@ use crate::AppState;
 use crate::accounts::Principal;
 use crate::clock;
 use crate::error::ApiError;
-use crate::http::JsonBody;
-use crate::idempotency::{self, Decision, Fingerprint, Operation, RequiredKey, StoredResponse};
-use crate::store::{Charged, Claim, NewPayment, PaymentRow, Tx};
+use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
+use crate::store::{Charged, NewPayment, PaymentRow, Tx};
+use crate::{ids, keyed};
 
 /// A validated payment request.
 #[derive(Debug)]
@@ -26,10 +26,7 @@ pub struct Charge {
 }
 
 impl Charge {
-    pub(crate) fn validate(
-        principal: &Principal,
-        request: CreatePayment,
-    ) -> Result<Charge, ApiError> {
+    pub fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
         validate_order_id(&request.order_id).map_err(ApiError::InvalidRequest)?;
         validate_amount(request.amount).map_err(ApiError::InvalidRequest)?;
         let currency = request
@@ -54,55 +51,45 @@ impl Charge {
 pub async fn create(
     State(app): State<AppState>,
     principal: Principal,
-    RequiredKey(key): RequiredKey,
+    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let fingerprint = Fingerprint::of("POST", "/api/payments", &body.canonical);
     let charge = Charge::validate(&principal, body.value)?;
-    idempotency::execute(
-        &app,
-        &principal,
-        &key,
-        &fingerprint,
-        &Operation::Charge(charge),
-    )
-    .await
+    keyed::execute(&app, &principal, &key, &fingerprint, charge).await
 }
 
-/// The business step of a payment, inside the protocol's transaction.
-pub(crate) async fn charge(
-    tx: &mut Tx,
-    claim: &Claim<'_>,
-    charge: &Charge,
-) -> Result<Decision, ApiError> {
-    let account_id = claim.account_id;
-    let payment_id = format!("pay_{}", uuid::Uuid::new_v4().simple());
-    let new_payment = NewPayment {
-        payment_id: &payment_id,
-        order_id: &charge.order_id,
-        amount: charge.amount,
-        currency: &charge.currency,
-    };
-    let balance = match tx.charge(claim, &new_payment).await? {
-        Charged::Debited { balance } => balance,
-        // A payment of this order under another key committed after our check: the unique
-        // index caught it. Undo the debit by rolling back; the next attempt answers 409.
-        Charged::OrderTaken => return Ok(Decision::Restart),
-        Charged::NotDebited => return declined(tx, account_id, charge).await,
-    };
-    let payment = Payment {
-        payment_id,
-        order_id: charge.order_id.clone(),
-        amount: charge.amount,
-        currency: charge.currency.clone(),
-        status: PaymentStatus::Succeeded,
-        balance,
-        created_at: clock::rfc3339(claim.now_ms),
-    };
-    Ok(Decision::Respond(StoredResponse::json(
-        StatusCode::CREATED,
-        &payment,
-    )))
+/// The business step of a payment, inside the protocol's transaction: the guarded debit, the
+/// payment row and its ledger entry.
+impl Operation<Tx> for Charge {
+    type Error = ApiError;
+
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+        let payment_id = ids::new_id("pay_");
+        let new_payment = NewPayment {
+            payment_id: &payment_id,
+            order_id: &self.order_id,
+            amount: self.amount,
+            currency: &self.currency,
+        };
+        let balance = match tx.charge(claim, &new_payment).await? {
+            Charged::Debited { balance } => balance,
+            // A payment of this order under another key committed after our check: the unique
+            // index caught it. Undo the debit by rolling back; the next attempt answers 409.
+            Charged::OrderTaken => return Ok(Decision::Restart),
+            Charged::NotDebited => return declined(tx, &claim.scope, self).await,
+        };
+        let payment = Payment {
+            payment_id,
+            order_id: self.order_id.clone(),
+            amount: self.amount,
+            currency: self.currency.clone(),
+            status: PaymentStatus::Succeeded,
+            balance,
+            created_at: clock::rfc3339(claim.now_ms),
+        };
+        Ok(Decision::Respond(keyed::created(&payment)))
+    }
 }
 
 /// Why nothing was debited: the order was paid already (`409`), or the balance is short (`402`).
@@ -118,7 +105,7 @@ async fn declined(tx: &mut Tx, account_id: &str, charge: &Charge) -> Result<Deci
             ),
         );
         problem.payment_id = Some(payment_id);
-        return Ok(Decision::Respond(StoredResponse::problem(&problem)));
+        return Ok(Decision::Respond(keyed::declined(&problem)));
     }
     let balance = tx.balance(account_id).await?;
     let mut problem = Problem::new(
@@ -130,21 +117,20 @@ async fn declined(tx: &mut Tx, account_id: &str, charge: &Charge) -> Result<Deci
         ),
     );
     problem.balance = Some(balance);
-    Ok(Decision::Respond(StoredResponse::problem(&problem)))
+    Ok(Decision::Respond(keyed::declined(&problem)))
 }
 
 /// `GET /api/payments/{payment_id}`: only its owner sees it; to anyone else it does not exist.
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
-    Path(payment_id): Path<String>,
+    PaymentIdPath(payment_id): PaymentIdPath,
 ) -> Result<Json<PaymentDetails>, ApiError> {
-    let row = app
+    let (row, refunds) = app
         .store
-        .payment(&principal.account_id, &payment_id)
+        .payment_with_refunds(&principal.account_id, &payment_id)
         .await?
         .ok_or_else(|| not_found(&payment_id))?;
-    let refunds = app.store.refunds_of(&payment_id).await?;
     Ok(Json(PaymentDetails {
         refunded_total: row.refunded,
         payment: payment_of(row),

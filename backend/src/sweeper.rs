@@ -1,12 +1,16 @@
-//! The background task that deletes expired idempotency keys. Ledger, payments and refunds
-//! are never swept.
+//! The background task that deletes expired idempotency keys, in small batches. Ledger,
+//! payments and refunds are never swept.
 
 use std::time::Duration;
 
+use checkout_idempotency::now_ms;
 use tokio::task::JoinHandle;
 
-use crate::clock;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// Keys deleted per transaction: each batch holds SQLite's one writer only briefly, so that
+/// payments are never stuck behind a large backlog.
+pub const BATCH: i64 = 500;
 
 pub fn spawn(store: Store, key_ttl: Duration, every: Duration) -> JoinHandle<()> {
     let ttl_ms = i64::try_from(key_ttl.as_millis()).unwrap_or(i64::MAX);
@@ -15,14 +19,25 @@ pub fn spawn(store: Store, key_ttl: Duration, every: Duration) -> JoinHandle<()>
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match store
-                .sweep_expired_keys(clock::now_ms().saturating_sub(ttl_ms))
-                .await
-            {
+            match sweep(&store, now_ms().saturating_sub(ttl_ms)).await {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "swept expired idempotency keys"),
                 Err(error) => tracing::warn!(%error, "sweeping expired keys failed; will retry"),
             }
         }
     })
+}
+
+/// Deletes every key created before `created_before_ms`, one batch per transaction, yielding
+/// between batches; returns how many.
+pub async fn sweep(store: &Store, created_before_ms: i64) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let deleted = store.sweep_expired_keys(created_before_ms, BATCH).await?;
+        total += deleted;
+        if deleted < BATCH as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }

@@ -51,6 +51,8 @@ on_both_databases!(
     an_expired_key_is_a_new_key_and_is_swept,
     a_killed_server_loses_no_acknowledged_payment,
     health_account_and_demo_mode,
+    hostile_paths_headers_and_bodies_never_get_a_5xx,
+    a_payment_read_is_one_snapshot_during_200_concurrent_refunds,
 );
 
 /// Starts a server over a fresh database and gives one demo shopper.
@@ -636,7 +638,7 @@ async fn bad_inputs_are_refused_and_move_no_money(backend: Backend) {
         .assert_problem(401, "unauthorized");
     // Refund amounts are checked the same way.
     shopper
-        .refund("pay_x", &new_key(), 0)
+        .refund(&format!("pay_{}", "0".repeat(32)), &new_key(), 0)
         .await
         .assert_problem(400, "invalid_request");
     // Wrong method and unknown route are problems too.
@@ -826,5 +828,191 @@ async fn health_account_and_demo_mode(backend: Backend) {
         ))
         .await;
     assert_eq!(stored, 0);
+    db.assert_invariants().await;
+}
+
+async fn hostile_paths_headers_and_bodies_never_get_a_5xx(backend: Backend) {
+    let (db, server, shopper) = setup(backend).await;
+    let paid = shopper.pay(&new_key(), &payment("ord-h", 1_000)).await;
+    let payment_id = paid.json()["payment_id"].as_str().unwrap().to_owned();
+    let mut answers = Vec::new();
+
+    // Path parameters that are not ids: NUL bytes, bad UTF-8, long, traversal, SQL.
+    let long = "9".repeat(10_000);
+    let hostile_ids = [
+        "%00",
+        "pay_%00x",
+        &format!("{}%00", &payment_id[..payment_id.len() - 1]),
+        "%FF%FE",
+        &long,
+        "..%2F..%2Fetc%2Fpasswd",
+        "pay_'%20OR%20'1'%3D'1",
+        &payment_id.to_uppercase(),
+    ];
+    for id in hostile_ids {
+        let got = shopper.get(&format!("/api/payments/{id}")).await;
+        got.assert_problem(404, "not_found");
+        let refund = shopper
+            .send(shopper.post(
+                &format!("/api/payments/{id}/refunds"),
+                Some(&new_key()),
+                &json!({"amount": 1}),
+            ))
+            .await
+            .unwrap();
+        refund.assert_problem(404, "not_found");
+        answers.extend([got, refund]);
+    }
+
+    // Headers: bytes outside ASCII, a huge token, odd schemes, keys that look like attacks.
+    let body = payment("ord-h2", 100);
+    let raw_header = |name: &'static str, value: &[u8]| {
+        shopper
+            .http
+            .post(format!("{}/api/payments", shopper.base))
+            .header(
+                name,
+                reqwest::header::HeaderValue::from_bytes(value).unwrap(),
+            )
+            .json(&body)
+    };
+    let token = shopper.token.clone().unwrap();
+    let header_cases = [
+        raw_header("Authorization", b"Bearer \xff\xfe"),
+        raw_header(
+            "Authorization",
+            format!("Bearer {}", "t".repeat(20_000)).as_bytes(),
+        ),
+        raw_header("Authorization", format!("Basic {token}").as_bytes()),
+        raw_header("Authorization", b"Bearer"),
+        raw_header("Idempotency-Key", b"\xffkey"),
+        raw_header("Idempotency-Key", b"\"\\x\""),
+    ];
+    for request in header_cases {
+        let answer = shopper.send(request).await.unwrap();
+        assert!(
+            answer.status.is_client_error(),
+            "{}: {}",
+            answer.status,
+            answer.body
+        );
+        answers.push(answer);
+    }
+    // Keys that look like SQL or markup are just keys.
+    for key in ["';DROP_TABLE_accounts;--", "<script>", "%00", "\\u0000"] {
+        let first = shopper
+            .pay(key, &payment(&format!("ord-k{}", key.len()), 10))
+            .await;
+        assert_eq!(first.status, StatusCode::CREATED, "{key}: {}", first.body);
+        let again = shopper
+            .pay(key, &payment(&format!("ord-k{}", key.len()), 10))
+            .await;
+        assert!(again.replayed(), "{key}");
+    }
+
+    // Bodies: NUL and lone surrogates in strings, deep nesting, bad UTF-8, huge numbers.
+    let raw_body = |bytes: Vec<u8>| {
+        shopper
+            .http
+            .post(format!("{}/api/payments", shopper.base))
+            .header("Idempotency-Key", new_key())
+            .header("Content-Type", "application/json")
+            .body(bytes)
+    };
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let body_cases = [
+        br#"{"order_id":"o\u0000","amount":1}"#.to_vec(),
+        br#"{"order_id":"\ud800","amount":1}"#.to_vec(),
+        br#"{"order_id":"o","amount":1,"\u0000":1}"#.to_vec(),
+        deep.into_bytes(),
+        b"{\"order_id\":\"\xff\xfe\",\"amount\":1}".to_vec(),
+        br#"{"order_id":"o","amount":1e400}"#.to_vec(),
+        br#"{"order_id":"o","amount":-9223372036854775809}"#.to_vec(),
+        b"\xef\xbb\xbf{\"order_id\":\"o\",\"amount\":1}".to_vec(),
+    ];
+    for bytes in body_cases {
+        let answer = shopper.send(raw_body(bytes)).await.unwrap();
+        answer.assert_problem(400, "invalid_request");
+        answers.push(answer);
+    }
+
+    for answer in &answers {
+        assert!(
+            !answer.status.is_server_error(),
+            "{}: {}",
+            answer.status,
+            answer.body
+        );
+    }
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 1_000 - 4 * 10);
+    let _ = server;
+    db.assert_invariants().await;
+}
+
+async fn a_payment_read_is_one_snapshot_during_200_concurrent_refunds(backend: Backend) {
+    let (db, _server, shopper) = setup(backend).await;
+    let paid = shopper.pay(&new_key(), &payment("ord-snap", 20_000)).await;
+    let payment_id = paid.json()["payment_id"].as_str().unwrap().to_owned();
+    let path = format!("/api/payments/{payment_id}");
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    let refunds = join_all((0..200).map(|_| {
+        let (shopper, payment_id) = (shopper.clone(), payment_id.clone());
+        async move {
+            let key = new_key();
+            loop {
+                let answer = shopper.refund(&payment_id, &key, 100).await;
+                if answer.code() != "idempotency_key_in_use" && !answer.status.is_server_error() {
+                    return answer;
+                }
+            }
+        }
+    }));
+    let refunds = {
+        let done = done.clone();
+        async move {
+            let answers = refunds.await;
+            done.store(true, Ordering::SeqCst);
+            answers
+        }
+    };
+    // Reads the payment over and over while the refunds land; every read must agree with itself.
+    let poller = async {
+        let (mut reads, mut partial) = (0, 0);
+        while !done.load(Ordering::SeqCst) {
+            let details = shopper.get(&path).await.json();
+            let listed = details["refunds"].as_array().unwrap();
+            let sum: i64 = listed.iter().map(|r| r["amount"].as_i64().unwrap()).sum();
+            let total = details["refunded_total"].as_i64().unwrap();
+            assert_eq!(
+                total,
+                sum,
+                "refunded_total disagrees with the {} refunds listed",
+                listed.len()
+            );
+            let running: Vec<i64> = listed
+                .iter()
+                .map(|r| r["refunded_total"].as_i64().unwrap())
+                .collect();
+            assert!(
+                running.windows(2).all(|w| w[0] < w[1]),
+                "refunds in order: {running:?}"
+            );
+            reads += 1;
+            if 0 < total && total < 20_000 {
+                partial += 1;
+            }
+        }
+        (reads, partial)
+    };
+    let (answers, (reads, partial)) = futures::join!(refunds, poller);
+    assert!(answers.iter().all(|a| a.status == StatusCode::CREATED));
+    assert!(
+        partial > 0,
+        "no read landed while refunds were being made ({reads} reads)"
+    );
+    let details = shopper.get(&path).await.json();
+    assert_eq!(details["refunded_total"], 20_000);
+    assert_eq!(details["refunds"].as_array().unwrap().len(), 200);
     db.assert_invariants().await;
 }

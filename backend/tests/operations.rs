@@ -121,15 +121,126 @@ fn a_bad_setting_is_one_clear_line_and_a_failure() {
 #[test]
 fn an_unreachable_database_is_one_clear_line_and_a_failure() {
     let port = support::postgres::free_port(); // nothing listens there
-    let out = run_server(&[(
-        "DATABASE_URL",
-        &format!("postgres://checkout:secret@127.0.0.1:{port}/checkout"),
-    )]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("cannot open the database"), "{stderr}");
+    for url in [
+        format!("postgres://checkout:secret@127.0.0.1:{port}/checkout"),
+        format!("postgres://checkout@127.0.0.1:{port}/checkout?password=secret"),
+        format!(
+            "postgres://127.0.0.1:{port}/checkout?user=checkout&sslpassword=secret&password=secret"
+        ),
+    ] {
+        let out = run_server(&[("DATABASE_URL", &url)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("cannot open the database"), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            !stderr.contains("secret"),
+            "the password is never printed: {stderr}"
+        );
+    }
+}
+
+/// The server a user builds carries no test or benchmark code, however the workspace is built:
+/// this binary was built together with the e2e, bench and reliability crates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shipped_server_has_no_bench_route_and_no_fault_hooks() {
+    let mut binaries = vec![std::path::PathBuf::from(SERVER)];
+    let release =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/checkout-server");
+    if release.exists() {
+        binaries.push(release);
+    }
+    for binary in &binaries {
+        let bytes = std::fs::read(binary).unwrap();
+        for needle in [
+            "/api/bench/unkeyed-payments",
+            "CHECKOUT_FAULTS",
+            "drop_after_commit",
+        ] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{} contains {needle:?}",
+                binary.display()
+            );
+        }
+    }
+
+    let db = TestDb::new(Backend::Sqlite).await;
+    let every_fault = "in_flight_claims=5,fail_before_commit=5,fail_after_commit=5,\
+                       drop_after_commit=5,delay_after_commit_ms=10000";
+    let server = Server::start_with(SERVER, &db, &[("CHECKOUT_FAULTS", every_fault)]).await;
+    let shopper = server.api().shopper().await;
+    let unkeyed = shopper
+        .send(shopper.post("/api/bench/unkeyed-payments", None, &payment("ord-b", 100)))
+        .await
+        .unwrap();
+    unkeyed.assert_problem(404, "not_found");
+
+    // Any of those faults would make the first answer a 409, a 503 or a cut connection.
+    let key = new_key();
+    let started = std::time::Instant::now();
+    let first = shopper.pay(&key, &payment("ord-f", 100)).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
     assert!(
-        !stderr.contains("secret"),
-        "the password is never printed: {stderr}"
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "no injected delay"
     );
+    assert!(!first.replayed());
+    assert!(!server.log().contains("FAULT"), "{}", server.log());
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 100);
+    db.assert_invariants().await;
+}
+
+/// Every answer carries the security headers; the widget's page allows exactly its own inline
+/// loader script, by hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pages_and_answers_carry_a_strict_security_policy() {
+    let site = tempfile::tempdir().unwrap();
+    let loader = "import init from '/widget.js';init('/widget_bg.wasm');";
+    std::fs::write(
+        site.path().join("index.html"),
+        format!("<html><head><script type=\"module\">{loader}</script></head></html>"),
+    )
+    .unwrap();
+    let db = TestDb::new(Backend::Sqlite).await;
+    let static_dir = site.path().display().to_string();
+    let server = Server::start_with(SERVER, &db, &[("CHECKOUT_STATIC_DIR", &static_dir)]).await;
+    let api = server.api();
+    let hash = {
+        use base64::Engine;
+        use sha2::Digest;
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(loader))
+    };
+    for path in ["/", "/healthz", "/api/account", "/api/nothing-here"] {
+        let answer = api.get(path).await;
+        let policy = answer
+            .headers
+            .get("content-security-policy")
+            .cloned()
+            .unwrap_or_default();
+        for directive in [
+            "default-src 'none'",
+            "frame-ancestors 'none'",
+            "connect-src 'self'",
+            "'wasm-unsafe-eval'",
+            &format!("'sha256-{hash}'"),
+        ] {
+            assert!(
+                policy.contains(directive),
+                "{path}: {directive} missing from {policy:?}"
+            );
+        }
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        assert_eq!(
+            answer
+                .headers
+                .get("x-content-type-options")
+                .map(String::as_str),
+            Some("nosniff")
+        );
+        assert_eq!(
+            answer.headers.get("x-frame-options").map(String::as_str),
+            Some("DENY")
+        );
+    }
 }

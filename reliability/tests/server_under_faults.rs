@@ -24,11 +24,11 @@ async fn sigterm_lets_an_in_flight_payment_finish() {
             async move { shopper.pay(&key, &payment("ord-term", 700)).await }
         });
         // SIGTERM once the payment is inside its transaction (its key row is not committed yet,
-        // so the only sign is the server holding the request).
+        // so the only sign is the fault's own log line).
         wait_until(
-            "the payment never reached the server",
+            "the payment never reached its commit",
             Duration::from_secs(20),
-            || async { server.log().contains("FAULT INJECTION IS ON") },
+            || async { server.log().contains("holding the transaction open") },
         )
         .await;
         let status = tokio::task::spawn_blocking(move || {

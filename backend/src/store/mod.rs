@@ -8,6 +8,9 @@ mod sqlite;
 
 use std::time::Duration;
 
+use checkout_idempotency::{
+    Claim, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
+};
 use sqlx::{Postgres, Sqlite, Transaction};
 
 pub use postgres::PgStore;
@@ -26,6 +29,22 @@ pub enum StoreError {
     Unavailable(sqlx::Error),
     #[error("database error: {0}")]
     Other(sqlx::Error),
+    /// Completing a key updated no row: the claim was taken over (it expired mid-transaction)
+    /// or never held. The transaction rolls back rather than answer without its key.
+    #[error("the claim of an idempotency key was lost before it completed")]
+    LostClaim,
+}
+
+impl Classify for StoreError {
+    fn failure(&self) -> Failure {
+        match self {
+            StoreError::Busy(_) => Failure::Busy,
+            StoreError::Retry(_) => Failure::Retry,
+            StoreError::Unavailable(_) | StoreError::Other(_) | StoreError::LostClaim => {
+                Failure::Fatal
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -86,24 +105,32 @@ macro_rules! on_pool {
     };
 }
 
-/// A key as stored: what its first request was and, once done, the answer to replay.
+/// A key's row, as the protocol's [`KeyRecord`].
 #[derive(Clone, Debug, sqlx::FromRow)]
-pub struct StoredKey {
-    pub request_hash: String,
-    pub status: String,
-    pub response_status: Option<i64>,
-    pub response_body: Option<String>,
-    pub created_at: i64,
+struct KeyRow {
+    request_hash: String,
+    status: String,
+    response_status: Option<i64>,
+    response_body: Option<String>,
+    created_at: i64,
 }
 
-/// Who a key belongs to and which claim of it this transaction holds.
-#[derive(Clone, Debug)]
-pub struct Claim<'a> {
-    pub account_id: &'a str,
-    pub key: &'a str,
-    pub claim_id: String,
-    pub request_hash: &'a str,
-    pub now_ms: i64,
+impl From<KeyRow> for KeyRecord {
+    fn from(row: KeyRow) -> KeyRecord {
+        let response = match (row.status.as_str(), row.response_status, row.response_body) {
+            ("done", Some(status), Some(body)) => Some(StoredResponse {
+                // The column only ever holds statuses the server sent.
+                status: u16::try_from(status).unwrap_or(500),
+                body,
+            }),
+            _ => None,
+        };
+        KeyRecord {
+            request_hash: row.request_hash,
+            response,
+            created_at_ms: row.created_at,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -129,7 +156,7 @@ pub struct LedgerEntry<'a> {
     /// Signed kopecks: a debit is negative.
     pub amount: i64,
     pub kind: EntryKind,
-    pub claim: Option<&'a Claim<'a>>,
+    pub claim: Option<&'a Claim>,
     pub payment_id: Option<&'a str>,
     pub refund_id: Option<&'a str>,
     pub created_at: i64,
@@ -151,6 +178,18 @@ pub struct PaymentRow {
     pub balance_after: i64,
     pub created_at: i64,
     pub refunded: i64,
+}
+
+/// One row of [`sql::PAYMENT_WITH_REFUNDS`]: the payment, and one of its refunds if any.
+#[derive(Debug, sqlx::FromRow)]
+struct PaymentRefundRow {
+    #[sqlx(flatten)]
+    payment: PaymentRow,
+    refund_id: Option<String>,
+    refund_amount: Option<i64>,
+    refunded_total_after: Option<i64>,
+    refund_balance_after: Option<i64>,
+    refund_created_at: Option<i64>,
 }
 
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -233,14 +272,6 @@ impl Store {
         }
     }
 
-    pub async fn stored_key(
-        &self,
-        account_id: &str,
-        key: &str,
-    ) -> Result<Option<StoredKey>, StoreError> {
-        on_pool!(self, pool => sqlx::query_as(sql::STORED_KEY).bind(account_id).bind(key).fetch_optional(pool).await)
-    }
-
     /// `(account_id, currency)` of the account holding this token hash.
     pub async fn account_by_token_hash(
         &self,
@@ -253,28 +284,122 @@ impl Store {
         on_pool!(self, pool => sqlx::query_as(sql::ACCOUNT).bind(account_id).fetch_optional(pool).await)
     }
 
-    pub async fn payment(
+    /// The payment with its refunds, read by one statement, so that both come from one snapshot
+    /// even while refunds are being made: `refunded` always equals the refunds' sum.
+    pub async fn payment_with_refunds(
         &self,
         account_id: &str,
         payment_id: &str,
-    ) -> Result<Option<PaymentRow>, StoreError> {
-        on_pool!(self, pool => sqlx::query_as(sql::PAYMENT).bind(payment_id).bind(account_id).fetch_optional(pool).await)
-    }
-
-    pub async fn refunds_of(&self, payment_id: &str) -> Result<Vec<RefundRow>, StoreError> {
-        on_pool!(self, pool => sqlx::query_as(sql::REFUNDS_OF_PAYMENT).bind(payment_id).fetch_all(pool).await)
+    ) -> Result<Option<(PaymentRow, Vec<RefundRow>)>, StoreError> {
+        let rows: Vec<PaymentRefundRow> = on_pool!(self, pool => sqlx::query_as(sql::PAYMENT_WITH_REFUNDS)
+            .bind(payment_id).bind(account_id).fetch_all(pool).await)?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let payment = first.payment.clone();
+        let refunds = rows
+            .into_iter()
+            .filter_map(|row| {
+                Some(RefundRow {
+                    refund_id: row.refund_id?,
+                    payment_id: row.payment.payment_id,
+                    amount: row.refund_amount?,
+                    refunded_total_after: row.refunded_total_after?,
+                    balance_after: row.refund_balance_after?,
+                    created_at: row.refund_created_at?,
+                })
+            })
+            .collect();
+        Ok(Some((payment, refunds)))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         on_pool!(self, pool => sqlx::query(sql::PING).execute(pool).await.map(|_| ()))
     }
 
-    /// Deletes the keys created before `created_before_ms`; returns how many.
-    pub async fn sweep_expired_keys(&self, created_before_ms: i64) -> Result<u64, StoreError> {
+    /// Deletes at most `batch` keys created before `created_before_ms`, in a transaction of its
+    /// own (short, so that SQLite's one writer is never held for long); returns how many.
+    pub async fn sweep_expired_keys(
+        &self,
+        created_before_ms: i64,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
-        let deleted = on_tx!(&mut tx, conn => sqlx::query(sql::SWEEP_EXPIRED_KEYS).bind(created_before_ms).execute(conn).await.map(|r| r.rows_affected()))?;
+        let deleted = on_tx!(&mut tx, conn => sqlx::query(sql::SWEEP_EXPIRED_KEYS)
+            .bind(created_before_ms).bind(batch)
+            .execute(conn).await.map(|r| r.rows_affected()))?;
         tx.commit().await?;
         Ok(deleted)
+    }
+}
+
+impl KeyStore for Store {
+    type Tx = Tx;
+    type Error = StoreError;
+
+    async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+        let row: Option<KeyRow> = on_pool!(self, pool => sqlx::query_as(sql::STORED_KEY).bind(scope).bind(key).fetch_optional(pool).await)?;
+        Ok(row.map(KeyRecord::from))
+    }
+
+    /// One transaction on one connection: `BEGIN` (SQLite: `IMMEDIATE`; PostgreSQL: with the
+    /// claim's lock timeout), the work, then `COMMIT` or `ROLLBACK`.
+    async fn transaction<W>(&self, work: W) -> Result<W::Output, W::Error>
+    where
+        W: Work<Tx>,
+    {
+        let mut tx = self.begin_keyed().await?;
+        match work.run(&mut tx).await {
+            Ok(Finish::Commit(output)) => {
+                tx.commit().await?;
+                Ok(output)
+            }
+            Ok(Finish::Rollback(output)) => {
+                tx.rollback().await;
+                Ok(output)
+            }
+            Err(error) => {
+                tx.rollback().await;
+                Err(error)
+            }
+        }
+    }
+}
+
+impl KeyTx for Tx {
+    type Error = StoreError;
+
+    async fn claim(&mut self, claim: &Claim, expired_before_ms: i64) -> Result<bool, StoreError> {
+        let claimed: Option<String> = on_tx!(self, conn, statement = CLAIM_KEY => sqlx::query_scalar(statement)
+            .bind(&claim.scope).bind(&claim.key).bind(&claim.claim_id)
+            .bind(&claim.request_hash).bind(claim.now_ms).bind(expired_before_ms)
+            .fetch_optional(conn).await)?;
+        Ok(claimed.is_some())
+    }
+
+    async fn stored_key(
+        &mut self,
+        scope: &str,
+        key: &str,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        let row: Option<KeyRow> = on_tx!(self, conn => sqlx::query_as(sql::STORED_KEY).bind(scope).bind(key).fetch_optional(conn).await)?;
+        Ok(row.map(KeyRecord::from))
+    }
+
+    async fn complete(
+        &mut self,
+        claim: &Claim,
+        response: &StoredResponse,
+    ) -> Result<(), StoreError> {
+        let done = on_tx!(self, conn => sqlx::query(sql::COMPLETE_KEY)
+            .bind(&claim.scope).bind(&claim.key).bind(&claim.claim_id)
+            .bind(i64::from(response.status)).bind(&response.body)
+            .execute(conn).await.map(|r| r.rows_affected()))?;
+        if done == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::LostClaim)
+        }
     }
 }
 
@@ -294,44 +419,6 @@ impl Tx {
         };
     }
 
-    /// Claims the key for this transaction: `true` if it is ours (new, or expired and taken
-    /// over), `false` if a live key holds it. Waits for an in-flight holder at most the lock
-    /// timeout, then fails with [`StoreError::Busy`].
-    pub async fn claim_key(
-        &mut self,
-        claim: &Claim<'_>,
-        expired_before_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let claimed: Option<String> = on_tx!(self, conn, statement = CLAIM_KEY => sqlx::query_scalar(statement)
-            .bind(claim.account_id).bind(claim.key).bind(&claim.claim_id)
-            .bind(claim.request_hash).bind(claim.now_ms).bind(expired_before_ms)
-            .fetch_optional(conn).await)?;
-        Ok(claimed.is_some())
-    }
-
-    pub async fn stored_key(
-        &mut self,
-        account_id: &str,
-        key: &str,
-    ) -> Result<Option<StoredKey>, StoreError> {
-        on_tx!(self, conn => sqlx::query_as(sql::STORED_KEY).bind(account_id).bind(key).fetch_optional(conn).await)
-    }
-
-    /// Stores the answer under the claimed key and marks it done.
-    pub async fn complete_key(
-        &mut self,
-        claim: &Claim<'_>,
-        status: u16,
-        body: &str,
-    ) -> Result<(), StoreError> {
-        let done = on_tx!(self, conn => sqlx::query(sql::COMPLETE_KEY)
-            .bind(claim.account_id).bind(claim.key).bind(&claim.claim_id)
-            .bind(i64::from(status)).bind(body)
-            .execute(conn).await.map(|r| r.rows_affected()))?;
-        debug_assert_eq!(done, 1, "a claimed key is completed exactly once");
-        Ok(())
-    }
-
     pub async fn insert_account(
         &mut self,
         account_id: &str,
@@ -348,18 +435,18 @@ impl Tx {
     /// A payment's guarded debit, its payment row and its ledger entry.
     pub async fn charge(
         &mut self,
-        claim: &Claim<'_>,
+        claim: &Claim,
         payment: &NewPayment<'_>,
     ) -> Result<Charged, StoreError> {
         match self {
             Tx::Postgres(tx) => {
                 let (balance, inserted): (Option<i64>, i64) = sqlx::query_as(postgres::CHARGE)
                     .bind(payment.payment_id)
-                    .bind(claim.account_id)
+                    .bind(&claim.scope)
                     .bind(payment.amount)
                     .bind(payment.order_id)
                     .bind(payment.currency)
-                    .bind(claim.key)
+                    .bind(&claim.key)
                     .bind(&claim.claim_id)
                     .bind(claim.now_ms)
                     .fetch_one(&mut **tx)
@@ -375,21 +462,21 @@ impl Tx {
             // has no data-modifying CTEs either.
             Tx::Sqlite(_) => {
                 let debited: Option<i64> = on_tx!(self, conn => sqlx::query_scalar(sql::DEBIT_FOR_ORDER)
-                    .bind(claim.account_id).bind(payment.amount).bind(payment.order_id)
+                    .bind(&claim.scope).bind(payment.amount).bind(payment.order_id)
                     .fetch_optional(conn).await)?;
                 let Some(balance) = debited else {
                     return Ok(Charged::NotDebited);
                 };
                 let inserted = on_tx!(self, conn => sqlx::query(sql::INSERT_PAYMENT)
-                    .bind(payment.payment_id).bind(claim.account_id).bind(payment.order_id)
+                    .bind(payment.payment_id).bind(&claim.scope).bind(payment.order_id)
                     .bind(payment.amount).bind(payment.currency).bind(balance)
-                    .bind(claim.key).bind(claim.now_ms)
+                    .bind(&claim.key).bind(claim.now_ms)
                     .execute(conn).await.map(|r| r.rows_affected()))?;
                 if inserted == 0 {
                     return Ok(Charged::OrderTaken);
                 }
                 self.insert_ledger(&LedgerEntry {
-                    account_id: claim.account_id,
+                    account_id: &claim.scope,
                     amount: -payment.amount,
                     kind: EntryKind::Payment,
                     claim: Some(claim),
@@ -415,7 +502,7 @@ impl Tx {
     pub async fn insert_ledger(&mut self, entry: &LedgerEntry<'_>) -> Result<(), StoreError> {
         on_tx!(self, conn => sqlx::query(sql::INSERT_LEDGER)
             .bind(entry.account_id).bind(entry.amount).bind(entry.kind.as_str())
-            .bind(entry.claim.map(|c| c.key)).bind(entry.claim.map(|c| c.claim_id.as_str()))
+            .bind(entry.claim.map(|c| c.key.as_str())).bind(entry.claim.map(|c| c.claim_id.as_str()))
             .bind(entry.payment_id).bind(entry.refund_id).bind(entry.created_at)
             .execute(conn).await.map(|_| ()))
     }
@@ -449,13 +536,13 @@ impl Tx {
 
     pub async fn insert_refund(
         &mut self,
-        claim: &Claim<'_>,
+        claim: &Claim,
         refund: &NewRefund<'_>,
     ) -> Result<(), StoreError> {
         on_tx!(self, conn => sqlx::query(sql::INSERT_REFUND)
             .bind(refund.refund_id).bind(refund.payment_id).bind(refund.amount)
             .bind(refund.refunded_total_after).bind(refund.balance_after)
-            .bind(claim.key).bind(claim.now_ms)
+            .bind(&claim.key).bind(claim.now_ms)
             .execute(conn).await.map(|_| ()))
     }
 }

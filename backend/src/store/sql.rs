@@ -25,7 +25,10 @@ pub const COMPLETE_KEY: &str = "\
     UPDATE idempotency_keys SET status = 'done', response_status = $4, response_body = $5 \
      WHERE account_id = $1 AND idempotency_key = $2 AND claim_id = $3";
 
-pub const SWEEP_EXPIRED_KEYS: &str = "DELETE FROM idempotency_keys WHERE created_at < $1";
+/// One bounded batch of expired keys ($2 at most).
+pub const SWEEP_EXPIRED_KEYS: &str = "\
+    DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN \
+        (SELECT account_id, idempotency_key FROM idempotency_keys WHERE created_at < $1 LIMIT $2)";
 
 // -- accounts and ledger ---------------------------------------------------------------------
 
@@ -83,9 +86,14 @@ pub const INSERT_REFUND: &str = "\
                          idempotency_key, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
-/// `refunded_total_after` grows with every refund, so it orders them as they happened.
-pub const REFUNDS_OF_PAYMENT: &str = "\
-    SELECT refund_id, payment_id, amount, refunded_total_after, balance_after, created_at \
-      FROM refunds WHERE payment_id = $1 ORDER BY refunded_total_after";
+/// The payment and its refunds in one statement (one snapshot). `refunded_total_after` grows
+/// with every refund, so it orders them as they happened.
+pub const PAYMENT_WITH_REFUNDS: &str = "\
+    SELECT p.payment_id, p.order_id, p.amount, p.currency, p.balance_after, p.created_at, \
+           p.refunded, r.refund_id, r.amount AS refund_amount, r.refunded_total_after, \
+           r.balance_after AS refund_balance_after, r.created_at AS refund_created_at \
+      FROM payments p LEFT JOIN refunds r ON r.payment_id = p.payment_id \
+     WHERE p.payment_id = $1 AND p.account_id = $2 \
+     ORDER BY r.refunded_total_after";
 
 pub const PING: &str = "SELECT 1";

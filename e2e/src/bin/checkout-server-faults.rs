@@ -1,6 +1,6 @@
-//! `checkout-server` with the `fault-injection` feature: faults from `CHECKOUT_FAULTS`.
-//! For the browser tests only; never shipped.
+//! `checkout-server` with the fault injection of `CHECKOUT_FAULTS` (see `checkout-faults`).
+//! For the tests only; never shipped.
 
 fn main() -> std::process::ExitCode {
-    checkout_backend::cli::main()
+    checkout_faults::main()
 }

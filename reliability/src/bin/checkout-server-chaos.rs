@@ -1,5 +1,6 @@
-//! `checkout-server` with fault injection, for the campaign only; never shipped.
+//! `checkout-server` with the fault injection of `CHECKOUT_FAULTS` (see `checkout-faults`).
+//! For the tests only; never shipped.
 
 fn main() -> std::process::ExitCode {
-    checkout_backend::cli::main()
+    checkout_faults::main()
 }

@@ -1,0 +1,122 @@
+//! What handlers take from a request, each refusing with a problem+json `ApiError`: the caller
+//! (a bearer token), the `Idempotency-Key` header, a payment id in the path, a strict JSON body.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::{StatusCode, header, request::Parts};
+use checkout_shared::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey, KeyError};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::accounts::{Principal, token_hash};
+use crate::error::ApiError;
+use crate::ids;
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                let (scheme, token) = value.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .filter(|token| !token.is_empty())
+            .ok_or(ApiError::Unauthorized)?;
+        app.principals
+            .authenticate(&app.store, &token_hash(token))
+            .await
+    }
+}
+
+/// The `Idempotency-Key` header, required on every POST that moves money.
+pub struct IdempotencyKeyHeader(pub IdempotencyKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let mut values = parts.headers.get_all(IDEMPOTENCY_KEY_HEADER).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return Err(ApiError::InvalidRequest(
+                "send exactly one Idempotency-Key header: a key you made for this payment intent (a UUID v4 is ideal), the same on every retry".into(),
+            ));
+        };
+        let text = value
+            .to_str()
+            .map_err(|_| ApiError::InvalidRequest(KeyError::InvalidCharacter.to_string()))?;
+        IdempotencyKey::parse(text)
+            .map(IdempotencyKeyHeader)
+            .map_err(|error| ApiError::InvalidRequest(error.to_string()))
+    }
+}
+
+/// `{payment_id}` in the path. Anything that is not a payment id is simply not found.
+pub struct PaymentIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PaymentIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) if ids::is_id("pay_", &id) => Ok(PaymentIdPath(id)),
+            _ => Err(ApiError::NotFound(
+                "there is no such payment on this account".into(),
+            )),
+        }
+    }
+}
+
+/// A JSON request body: parsed strictly into `T` (unknown fields, wrong types, fractional or
+/// string amounts are `400`), and kept as a JSON value for the request's fingerprint.
+pub struct JsonBody<T> {
+    pub value: T,
+    pub canonical: Value,
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+        let is_json = content_type.as_deref().is_some_and(|t| {
+            t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"))
+        });
+        if !is_json {
+            return Err(ApiError::InvalidRequest(
+                "send the body as JSON with `Content-Type: application/json`".into(),
+            ));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge
+                } else {
+                    ApiError::InvalidRequest(rejection.body_text())
+                }
+            })?;
+        let invalid = |error: serde_json::Error| {
+            ApiError::InvalidRequest(format!("invalid JSON body: {error}"))
+        };
+        // Parsed twice on purpose: straight into `T` refuses duplicate fields, which a
+        // `Value` would silently collapse; the `Value` is what the fingerprint canonicalises.
+        let value = serde_json::from_slice(&bytes).map_err(invalid)?;
+        let canonical = serde_json::from_slice(&bytes).map_err(invalid)?;
+        Ok(JsonBody { value, canonical })
+    }
+}

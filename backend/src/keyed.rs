@@ -1,0 +1,109 @@
+//! Keyed requests over HTTP: a handler hands its validated operation to the protocol
+//! (`checkout-idempotency`) and gets back the HTTP answer of its outcome.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use checkout_idempotency::{Fingerprint, KeyedRequest, Operation, Outcome, StoredResponse};
+use checkout_shared::{IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey, PROBLEM_CONTENT_TYPE, Problem};
+use serde::Serialize;
+use tracing::Span;
+
+use crate::AppState;
+use crate::accounts::Principal;
+use crate::error::ApiError;
+use crate::store::Tx;
+
+/// How a keyed request was answered. Recorded on the request's trace span and set as a
+/// response extension, for whatever wraps the router (logs, a test's fault injection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyOutcome {
+    /// Executed now.
+    First,
+    /// The stored answer of an earlier execution.
+    Replay,
+    /// The key's first request is still executing (`409`).
+    Conflict,
+    /// The key was first used for another request (`422`).
+    Mismatch,
+}
+
+impl KeyOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyOutcome::First => "first",
+            KeyOutcome::Replay => "replay",
+            KeyOutcome::Conflict => "conflict",
+            KeyOutcome::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// Runs `operation` once per (principal, key) and answers every copy of the request.
+pub async fn execute<O>(
+    app: &AppState,
+    principal: &Principal,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    operation: O,
+) -> Result<Response, ApiError>
+where
+    O: Operation<Tx, Error = ApiError>,
+{
+    let request = KeyedRequest {
+        scope: &principal.account_id,
+        key: key.as_str(),
+        fingerprint,
+    };
+    let outcome = app.protocol.execute(&app.store, request, operation).await?;
+    Ok(match outcome {
+        Outcome::Executed { response, .. } => answer(response, KeyOutcome::First),
+        Outcome::Replayed { response, .. } => answer(response, KeyOutcome::Replay),
+        Outcome::KeyReused => {
+            with_outcome(ApiError::KeyReused.into_response(), KeyOutcome::Mismatch)
+        }
+        Outcome::InUse => with_outcome(ApiError::KeyInUse.into_response(), KeyOutcome::Conflict),
+        Outcome::TryAgain => ApiError::Contended.into_response(),
+    })
+}
+
+/// A stored answer as HTTP: its status and body byte for byte, and on a replay the header that
+/// says so.
+fn answer(stored: StoredResponse, outcome: KeyOutcome) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = if status.is_success() {
+        "application/json"
+    } else {
+        PROBLEM_CONTENT_TYPE
+    };
+    let mut response =
+        (status, [(header::CONTENT_TYPE, content_type)], stored.body).into_response();
+    if outcome == KeyOutcome::Replay {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    with_outcome(response, outcome)
+}
+
+fn with_outcome(mut response: Response, outcome: KeyOutcome) -> Response {
+    Span::current().record("idempotency", outcome.as_str());
+    response.extensions_mut().insert(outcome);
+    response
+}
+
+/// A success to store under the key.
+pub fn created(value: &impl Serialize) -> StoredResponse {
+    StoredResponse {
+        status: StatusCode::CREATED.as_u16(),
+        body: serde_json::to_string(value).expect("responses serialize"),
+    }
+}
+
+/// A decline that is the outcome of the key (`402`, `409 order_already_paid`, …): stored and
+/// replayed like a success, so that a retry gets the same answer.
+pub fn declined(problem: &Problem) -> StoredResponse {
+    StoredResponse {
+        status: problem.status,
+        body: serde_json::to_string(problem).expect("problems serialize"),
+    }
+}

@@ -1,0 +1,417 @@
+//! The protocol (`checkout-idempotency`) on its own, with no HTTP in sight: a trivial operation
+//! run through `Protocol::execute` against the real stores, SQLite and PostgreSQL.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use checkout_backend::error::ApiError;
+use checkout_backend::store::{EntryKind, LedgerEntry, Store, StoreError, Tx};
+use checkout_idempotency::{
+    Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
+    Operation, Outcome, Protocol, StoredResponse, now_ms,
+};
+use checkout_testkit::{Backend, TestDb};
+use serde_json::json;
+use tokio::sync::Notify;
+
+macro_rules! on_both_stores {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    super::$scenario(super::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    an_operation_runs_once_and_is_replayed,
+    another_request_under_the_key_is_refused,
+    keys_are_scoped_to_their_sender,
+    a_failed_operation_leaves_no_key,
+    a_lost_race_runs_again_and_gives_up_bounded,
+    an_aborted_commit_leaves_no_trace,
+    an_expired_key_is_taken_over,
+    a_duplicate_of_an_in_flight_request_never_runs_twice,
+    a_completion_without_its_claim_is_refused,
+    expired_keys_are_swept_in_bounded_batches,
+);
+
+const TTL: Duration = Duration::from_secs(3600);
+const LOCK_TIMEOUT: Duration = Duration::from_millis(150);
+
+/// A store over a fresh database, with two accounts to scope keys to.
+async fn setup(backend: Backend) -> (TestDb, Store) {
+    let db = TestDb::new(backend).await;
+    let store = Store::connect(&db.url, 8, LOCK_TIMEOUT).await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    for account in ["acc_a", "acc_b"] {
+        tx.insert_account(account, &format!("hash-{account}"), "RUB", 0, now_ms())
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    (db, store)
+}
+
+/// The trivial operation: credits its sender one kopeck (with the ledger row that records it)
+/// and answers `201 {"n": …}`. It can be told to fail, to lose races, or to hold its
+/// transaction open until released.
+#[derive(Clone, Default)]
+struct Tally {
+    answer: u32,
+    fail: bool,
+    restarts: Arc<AtomicUsize>,
+    /// Set: says so once inside the transaction, then waits to be released.
+    hold: Option<(Arc<Notify>, Arc<Notify>)>,
+}
+
+impl Operation<Tx> for Tally {
+    type Error = ApiError;
+
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+        tx.credit(&claim.scope, 1).await?;
+        tx.insert_ledger(&LedgerEntry {
+            account_id: &claim.scope,
+            amount: 1,
+            kind: EntryKind::Opening,
+            claim: Some(claim),
+            payment_id: None,
+            refund_id: None,
+            created_at: claim.now_ms,
+        })
+        .await?;
+        if let Some((inside, release)) = &self.hold {
+            inside.notify_one();
+            release.notified().await;
+        }
+        if self.fail {
+            return Err(ApiError::InvalidRequest("told to fail".into()));
+        }
+        if self
+            .restarts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Ok(Decision::Restart);
+        }
+        Ok(Decision::Respond(StoredResponse {
+            status: 201,
+            body: json!({ "n": self.answer }).to_string(),
+        }))
+    }
+}
+
+fn fingerprint(n: u32) -> Fingerprint {
+    Fingerprint::of("POST", "/tally", &json!({ "n": n }))
+}
+
+async fn run(
+    protocol: &Protocol,
+    store: &Store,
+    scope: &str,
+    key: &str,
+    tally: Tally,
+) -> Result<Outcome, ApiError> {
+    let fingerprint = fingerprint(tally.answer);
+    let request = KeyedRequest {
+        scope,
+        key,
+        fingerprint: &fingerprint,
+    };
+    protocol.execute(store, request, tally).await
+}
+
+async fn balance(db: &TestDb, account: &str) -> i64 {
+    db.scalar(&format!(
+        "SELECT balance FROM accounts WHERE account_id = '{account}'"
+    ))
+    .await
+}
+
+fn executed(body: &str) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        body: body.into(),
+    }
+}
+
+async fn an_operation_runs_once_and_is_replayed(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    let tally = Tally {
+        answer: 7,
+        ..Tally::default()
+    };
+    let before = now_ms();
+    let first = run(&protocol, &store, "acc_a", "k1", tally.clone())
+        .await
+        .unwrap();
+    let Outcome::Executed {
+        response,
+        expires_at_ms,
+    } = first
+    else {
+        panic!("{first:?}")
+    };
+    assert_eq!(response, executed(r#"{"n":7}"#));
+    assert!(expires_at_ms >= before + 3_600_000);
+    for _ in 0..3 {
+        let again = run(&protocol, &store, "acc_a", "k1", tally.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            again,
+            Outcome::Replayed {
+                response: response.clone(),
+                expires_at_ms
+            }
+        );
+    }
+    assert_eq!(balance(&db, "acc_a").await, 1, "applied once");
+    db.assert_invariants().await;
+}
+
+async fn another_request_under_the_key_is_refused(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    let first = Tally {
+        answer: 1,
+        ..Tally::default()
+    };
+    run(&protocol, &store, "acc_a", "k1", first.clone())
+        .await
+        .unwrap();
+    let other = Tally {
+        answer: 2,
+        ..Tally::default()
+    };
+    let refused = run(&protocol, &store, "acc_a", "k1", other).await.unwrap();
+    assert_eq!(refused, Outcome::KeyReused);
+    assert!(matches!(
+        run(&protocol, &store, "acc_a", "k1", first).await.unwrap(),
+        Outcome::Replayed { .. }
+    ));
+    assert_eq!(balance(&db, "acc_a").await, 1);
+    db.assert_invariants().await;
+}
+
+async fn keys_are_scoped_to_their_sender(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    for scope in ["acc_a", "acc_b"] {
+        let outcome = run(&protocol, &store, scope, "shared", Tally::default())
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, Outcome::Executed { .. }),
+            "{scope}: {outcome:?}"
+        );
+    }
+    assert_eq!(balance(&db, "acc_a").await, 1);
+    assert_eq!(balance(&db, "acc_b").await, 1);
+    db.assert_invariants().await;
+}
+
+async fn a_failed_operation_leaves_no_key(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    let failing = Tally {
+        fail: true,
+        ..Tally::default()
+    };
+    let error = run(&protocol, &store, "acc_a", "k1", failing)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ApiError::InvalidRequest(_)), "{error:?}");
+    assert_eq!(store.stored_key("acc_a", "k1").await.unwrap(), None);
+    assert_eq!(balance(&db, "acc_a").await, 0, "its change rolled back");
+    // Not an outcome: the same key runs afresh.
+    let outcome = run(&protocol, &store, "acc_a", "k1", Tally::default())
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Executed { .. }), "{outcome:?}");
+    assert_eq!(balance(&db, "acc_a").await, 1);
+    db.assert_invariants().await;
+}
+
+async fn a_lost_race_runs_again_and_gives_up_bounded(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    let twice = Tally {
+        restarts: Arc::new(AtomicUsize::new(2)),
+        ..Tally::default()
+    };
+    let outcome = run(&protocol, &store, "acc_a", "k1", twice).await.unwrap();
+    assert!(matches!(outcome, Outcome::Executed { .. }), "{outcome:?}");
+    assert_eq!(
+        balance(&db, "acc_a").await,
+        1,
+        "the lost attempts rolled back"
+    );
+
+    let always = Tally {
+        restarts: Arc::new(AtomicUsize::new(usize::MAX)),
+        ..Tally::default()
+    };
+    let outcome = run(&protocol, &store, "acc_a", "k2", always.clone())
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::TryAgain);
+    assert_eq!(
+        usize::MAX - always.restarts.load(Ordering::SeqCst),
+        checkout_idempotency::MAX_ATTEMPTS,
+        "bounded attempts"
+    );
+    assert_eq!(store.stored_key("acc_a", "k2").await.unwrap(), None);
+    assert_eq!(balance(&db, "acc_a").await, 1);
+    db.assert_invariants().await;
+}
+
+struct AbortEveryCommit;
+
+impl Hooks for AbortEveryCommit {
+    fn before_commit(&self) -> HookFuture {
+        Box::pin(std::future::ready(Err(Aborted)))
+    }
+}
+
+async fn an_aborted_commit_leaves_no_trace(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL).with_hooks(Arc::new(AbortEveryCommit));
+    let outcome = run(&protocol, &store, "acc_a", "k1", Tally::default())
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::TryAgain);
+    assert_eq!(store.stored_key("acc_a", "k1").await.unwrap(), None);
+    assert_eq!(balance(&db, "acc_a").await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+}
+
+async fn an_expired_key_is_taken_over(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    run(&protocol, &store, "acc_a", "k1", Tally::default())
+        .await
+        .unwrap();
+    let two_hours_ago = now_ms() - 2 * 3_600_000;
+    db.execute(&format!(
+        "UPDATE idempotency_keys SET created_at = {two_hours_ago}"
+    ))
+    .await;
+    let outcome = run(&protocol, &store, "acc_a", "k1", Tally::default())
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Executed { .. }),
+        "an expired key is a new key: {outcome:?}"
+    );
+    assert_eq!(balance(&db, "acc_a").await, 2);
+    let record = store.stored_key("acc_a", "k1").await.unwrap().unwrap();
+    assert!(
+        record.created_at_ms > two_hours_ago,
+        "the key was claimed anew"
+    );
+    db.assert_invariants_after_key_reuse().await;
+}
+
+async fn a_duplicate_of_an_in_flight_request_never_runs_twice(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = Protocol::new(TTL);
+    let (inside, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let slow = Tally {
+        hold: Some((inside.clone(), release.clone())),
+        ..Tally::default()
+    };
+    let original = tokio::spawn({
+        let (protocol, store) = (protocol.clone(), store.clone());
+        async move { run(&protocol, &store, "acc_a", "k1", slow).await }
+    });
+    inside.notified().await; // the original holds its claim, uncommitted
+    let duplicate = tokio::spawn({
+        let (protocol, store) = (protocol.clone(), store.clone());
+        async move { run(&protocol, &store, "acc_a", "k1", Tally::default()).await }
+    });
+    if backend == Backend::Postgres {
+        // The claim waits on the original's key row for the lock timeout, then gives up.
+        let outcome = duplicate.await.unwrap().unwrap();
+        assert_eq!(outcome, Outcome::InUse);
+        release.notify_one();
+        let original = original.await.unwrap().unwrap();
+        assert!(matches!(original, Outcome::Executed { .. }), "{original:?}");
+    } else {
+        // SQLite's one writer: the duplicate queues behind the original, then replays it.
+        release.notify_one();
+        let original = original.await.unwrap().unwrap();
+        let Outcome::Executed { response, .. } = original else {
+            panic!("{original:?}")
+        };
+        let outcome = duplicate.await.unwrap().unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Replayed { response: r, .. } if *r == response),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(balance(&db, "acc_a").await, 1, "applied once");
+    db.assert_invariants().await;
+}
+
+async fn a_completion_without_its_claim_is_refused(backend: Backend) {
+    let (_db, store) = setup(backend).await;
+    let mut tx = store.begin().await.unwrap();
+    let never_claimed = Claim {
+        scope: "acc_a".into(),
+        key: "k1".into(),
+        claim_id: "c1".into(),
+        request_hash: fingerprint(0).as_str().into(),
+        now_ms: now_ms(),
+    };
+    let error = tx
+        .complete(&never_claimed, &executed("{}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::LostClaim), "{error:?}");
+}
+
+async fn expired_keys_are_swept_in_bounded_batches(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let old = now_ms() - 2 * 3_600_000;
+    let keys = checkout_backend::sweeper::BATCH * 2 + 37;
+    db.execute(&format!(
+        "WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM numbers WHERE n < {keys}) \
+         INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, \
+                                       status, response_status, response_body, created_at) \
+         SELECT 'acc_a', 'old-' || n, 'c-' || n, 'h', 'done', 201, '{{}}', {old} FROM numbers"
+    ))
+    .await;
+    let protocol = Protocol::new(TTL);
+    run(&protocol, &store, "acc_a", "fresh", Tally::default())
+        .await
+        .unwrap();
+
+    let cutoff = now_ms() - TTL.as_millis() as i64;
+    let one_batch = store.sweep_expired_keys(cutoff, 100).await.unwrap();
+    assert_eq!(one_batch, 100, "one call deletes one bounded batch");
+    let rest = checkout_backend::sweeper::sweep(&store, cutoff)
+        .await
+        .unwrap();
+    assert_eq!(rest, keys as u64 - 100);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM idempotency_keys").await,
+        1,
+        "only the live key is left"
+    );
+    assert!(store.stored_key("acc_a", "fresh").await.unwrap().is_some());
+}

@@ -1,0 +1,3 @@
+//! What the benchmark's server adds to `checkout-server`: the un-keyed baseline route.
+
+pub mod unkeyed;

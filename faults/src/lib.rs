@@ -1,0 +1,169 @@
+//! Fault injection for the end-to-end tests and the crash campaign: lost answers, slow commits,
+//! failures before the commit, duplicates that find the key in flight.
+//!
+//! It is `checkout-server` itself ([`checkout_backend::cli::main_with`]) given protocol hooks
+//! and a wrapper around its handlers, read once from `CHECKOUT_FAULTS`, e.g.
+//! `delay_before_commit_ms=1500,drop_after_commit=1`:
+//!
+//! | fault | effect on first executions of keyed POSTs |
+//! |---|---|
+//! | `in_flight_claims=N` | the first N tries of each key answer `409 idempotency_key_in_use` |
+//! | `fail_before_commit=N` | the first N roll back and answer `503` |
+//! | `delay_before_commit_ms=MS` | every one holds its transaction MS longer before `COMMIT` |
+//! | `delay_after_commit_ms=MS` | every one waits MS after `COMMIT` before answering |
+//! | `fail_after_commit=N` | the first N commit, then answer `503` (the answer is lost) |
+//! | `drop_after_commit=N` | the first N commit, then cut the connection mid-answer |
+//! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use checkout_backend::Seams;
+use checkout_backend::keyed::KeyOutcome;
+use checkout_idempotency::{Aborted, HookFuture, Hooks};
+use futures_util::StreamExt;
+
+/// `checkout-server` with the faults of `CHECKOUT_FAULTS`.
+pub fn main() -> ExitCode {
+    let spec = std::env::var("CHECKOUT_FAULTS").unwrap_or_default();
+    let faults = match Faults::parse(&spec) {
+        Ok(faults) => Arc::new(faults),
+        Err(error) => {
+            eprintln!("checkout-server: CHECKOUT_FAULTS: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if !spec.is_empty() {
+        eprintln!("FAULT INJECTION IS ON: {spec}");
+    }
+    let after_commit = faults.clone();
+    checkout_backend::cli::main_with(Seams {
+        hooks: Some(faults),
+        routes: None,
+        wrap: Some(Box::new(move |router: Router| {
+            router.layer(middleware::from_fn(move |request: Request, next: Next| {
+                let faults = after_commit.clone();
+                async move { faults.after_commit(next.run(request).await).await }
+            }))
+        })),
+    })
+}
+
+#[derive(Debug, Default)]
+pub struct Faults {
+    in_flight_claims: u64,
+    fail_before_commit: AtomicU64,
+    delay_before_commit: Duration,
+    delay_after_commit: Duration,
+    fail_after_commit: AtomicU64,
+    drop_after_commit: AtomicU64,
+    drop_after_commit_percent: u64,
+    claims_seen: Mutex<HashMap<String, u64>>,
+}
+
+impl Faults {
+    pub fn parse(spec: &str) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
+            let (name, value) = item.split_once('=').unwrap_or((item, "1"));
+            let value: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad number in {item}"))?;
+            match name.trim() {
+                "in_flight_claims" => faults.in_flight_claims = value,
+                "fail_before_commit" => faults.fail_before_commit = AtomicU64::new(value),
+                "delay_before_commit_ms" => {
+                    faults.delay_before_commit = Duration::from_millis(value)
+                }
+                "delay_after_commit_ms" => faults.delay_after_commit = Duration::from_millis(value),
+                "fail_after_commit" => faults.fail_after_commit = AtomicU64::new(value),
+                "drop_after_commit" => faults.drop_after_commit = AtomicU64::new(value),
+                "drop_after_commit_percent" => faults.drop_after_commit_percent = value,
+                other => return Err(format!("unknown fault {other}")),
+            }
+        }
+        Ok(faults)
+    }
+
+    /// After `COMMIT`, before the answer leaves: may delay it, replace it with `503`, or cut
+    /// the connection mid-answer. Only first executions: a replay is never lost.
+    async fn after_commit(&self, response: Response) -> Response {
+        if response.extensions().get::<KeyOutcome>() != Some(&KeyOutcome::First) {
+            return response;
+        }
+        tokio::time::sleep(self.delay_after_commit).await;
+        if take(&self.fail_after_commit) {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "injected: answer lost after commit",
+            )
+                .into_response();
+        }
+        let by_chance = self.drop_after_commit_percent > 0
+            && u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 100
+                < self.drop_after_commit_percent * 256;
+        if take(&self.drop_after_commit) || by_chance {
+            return cut_mid_answer(response);
+        }
+        response
+    }
+}
+
+impl Hooks for Faults {
+    fn key_in_flight(&self, scope: &str, key: &str) -> bool {
+        if self.in_flight_claims == 0 {
+            return false;
+        }
+        let mut seen = self.claims_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let tries = seen.entry(format!("{scope}/{key}")).or_default();
+        *tries += 1;
+        *tries <= self.in_flight_claims
+    }
+
+    fn before_commit(&self) -> HookFuture {
+        let delay = self.delay_before_commit;
+        let fail = take(&self.fail_before_commit);
+        Box::pin(async move {
+            if !delay.is_zero() {
+                // A sign for tests that a request is inside its transaction.
+                tracing::warn!("injected: holding the transaction open {delay:?} before COMMIT");
+            }
+            tokio::time::sleep(delay).await;
+            if fail { Err(Aborted) } else { Ok(()) }
+        })
+    }
+}
+
+/// Takes one from a budget of `N` faults; `true` while any is left.
+fn take(budget: &AtomicU64) -> bool {
+    budget
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// The status, the headers and a few bytes, then the connection is cut. (With no bytes at all,
+/// Chromium silently resends a request that failed on a reused connection, so the page would
+/// never see the loss.)
+fn cut_mid_answer(response: Response) -> Response {
+    let (mut parts, _) = response.into_parts();
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("1000"));
+    let first_bytes = futures_util::stream::once(async { Ok(Bytes::from_static(b"{\"pay")) });
+    let cut = futures_util::stream::once(async {
+        // Let hyper flush the status line, headers and first bytes before the cut.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Err::<Bytes, _>(std::io::Error::other("injected: connection dropped"))
+    });
+    Response::from_parts(parts, Body::from_stream(first_bytes.chain(cut)))
+}

@@ -1,0 +1,396 @@
+//! The idempotency protocol, top to bottom, knowing no web framework, no database and no
+//! business operation: payments, refunds and a webhook inbox all run through [`Protocol::execute`].
+//!
+//! Exactly-once = at-least-once delivery (the client resends with the same key) + this
+//! receiver. For one (scope, key), in ONE transaction of the database that holds the effect:
+//!
+//! 1. claim the key (`INSERT … ON CONFLICT`): the primary key, not an `if`, settles races;
+//! 2. apply the operation: its guarded changes, whose affected rows it checks;
+//! 3. its ledger rows (or whatever records the effect), written by the operation too;
+//! 4. store the answer under the key and mark it done;
+//! 5. `COMMIT`.
+//!
+//! A crash before 5 leaves no trace, so a resend runs afresh; after it, a resend replays the
+//! stored answer byte for byte. A key that is already taken is answered from storage: the same
+//! request replays, another request under that key is [`Outcome::KeyReused`], one still
+//! executing is [`Outcome::InUse`].
+//!
+//! The database is reached through [`KeyStore`] and [`KeyTx`]; how a store runs a transaction
+//! (one connection each, or many requests in one group commit) is its own business, as long as
+//! no answer leaves before the commit that holds it.
+
+mod fingerprint;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use fingerprint::{Fingerprint, canonical_json};
+
+/// A transaction that lost a race it can simply run again (a concurrent payment of the same
+/// order, a serialization failure) is run this many times in all before [`Outcome::TryAgain`].
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// An answer exactly as first sent, so that a replay is byte-identical.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub body: String,
+}
+
+/// A key as stored: what its first request was and, once done, the answer to replay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub request_hash: String,
+    /// `None` while the first request is still executing.
+    pub response: Option<StoredResponse>,
+    pub created_at_ms: i64,
+}
+
+/// One transaction's claim of a key. `claim_id` tells this claim from an earlier one of the same
+/// key string that has expired.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    pub scope: String,
+    pub key: String,
+    pub claim_id: String,
+    pub request_hash: String,
+    pub now_ms: i64,
+}
+
+/// What a keyed request is: who sent it (keys are scoped to their sender), its key, and its
+/// fingerprint.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyedRequest<'a> {
+    pub scope: &'a str,
+    pub key: &'a str,
+    pub fingerprint: &'a Fingerprint,
+}
+
+/// How a request ended, for the caller to turn into its own kind of answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The operation ran now, and its answer committed with it.
+    Executed {
+        response: StoredResponse,
+        expires_at_ms: i64,
+    },
+    /// The stored answer of an earlier execution of this very request.
+    Replayed {
+        response: StoredResponse,
+        expires_at_ms: i64,
+    },
+    /// The key was first used for another request.
+    KeyReused,
+    /// The key's first request is still executing; nothing ran.
+    InUse,
+    /// Nothing committed (every attempt lost a race, or a hook aborted); the request may be sent
+    /// again as it is.
+    TryAgain,
+}
+
+/// What the operation decided inside the transaction.
+#[derive(Clone, Debug)]
+pub enum Decision {
+    /// Store this answer under the key and commit: a success, or a decline that is the outcome
+    /// of this key (a retry gets the same decline).
+    Respond(StoredResponse),
+    /// Roll back and run the whole transaction again: a race was lost that the next attempt
+    /// will see the outcome of (e.g. the order was paid by a concurrent request meanwhile).
+    Restart,
+}
+
+/// How a store's failure bears on the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// A lock or a connection was not had within its bound. At the claim, this means the key's
+    /// first request is still executing.
+    Busy,
+    /// The transaction lost a serialization race and may simply be run again.
+    Retry,
+    /// Anything else: the request fails, and nothing of it committed.
+    Fatal,
+}
+
+/// Errors that can say which [`Failure`] they are.
+pub trait Classify {
+    fn failure(&self) -> Failure;
+}
+
+/// The keyed business step run inside the transaction (a payment, a refund, an inbox effect).
+pub trait Operation<Tx>: Send + Sync + 'static {
+    type Error: Classify + Send + 'static;
+
+    /// Makes the change, guarded so that it can never break an invariant, and decides the answer.
+    fn apply(
+        &self,
+        tx: &mut Tx,
+        claim: &Claim,
+    ) -> impl Future<Output = Result<Decision, Self::Error>> + Send;
+}
+
+/// Where keys live: beside the effect, in the same database.
+pub trait KeyStore: Send + Sync {
+    type Tx: KeyTx<Error = Self::Error>;
+    type Error: Classify + Send + 'static;
+
+    /// The key as committed, read without taking any write lock.
+    fn stored_key(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<KeyRecord>, Self::Error>> + Send;
+
+    /// Runs `work` in one transaction: commits what it wrote when it ends in
+    /// [`Finish::Commit`], rolls back otherwise. Returns only once the commit is durable.
+    fn transaction<W>(&self, work: W) -> impl Future<Output = Result<W::Output, W::Error>> + Send
+    where
+        W: Work<Self::Tx>;
+}
+
+/// The protocol's own statements, inside a transaction.
+pub trait KeyTx: Send {
+    type Error: Classify + Send + 'static;
+
+    /// Claims the key: `true` if it is ours (new, or expired before `expired_before_ms` and taken
+    /// over), `false` if a live key holds it. Waits for an in-flight holder at most the store's
+    /// bound, then fails with [`Failure::Busy`].
+    fn claim(
+        &mut self,
+        claim: &Claim,
+        expired_before_ms: i64,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    fn stored_key(
+        &mut self,
+        scope: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<KeyRecord>, Self::Error>> + Send;
+
+    /// Stores the answer under the claimed key and marks it done; fails unless exactly the
+    /// claimed row was updated.
+    fn complete(
+        &mut self,
+        claim: &Claim,
+        response: &StoredResponse,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// How a unit of work ends: what the store must do with the transaction, and what to return.
+pub enum Finish<T> {
+    Commit(T),
+    Rollback(T),
+}
+
+/// Something run inside one transaction by [`KeyStore::transaction`]. Owned and `'static`, so
+/// that a store may run it wherever its connection lives (e.g. a SQLite writer's own thread).
+pub trait Work<Tx: KeyTx>: Send + 'static {
+    type Output: Send + 'static;
+    /// Store failures (`BEGIN`, `COMMIT`) become this error too.
+    type Error: From<Tx::Error> + Send + 'static;
+
+    fn run(
+        self,
+        tx: &mut Tx,
+    ) -> impl Future<Output = Result<Finish<Self::Output>, Self::Error>> + Send;
+}
+
+/// Test seams; the shipped server uses [`NoHooks`]. A hook can only delay or abort, never make
+/// the protocol do something it would not do on its own.
+pub trait Hooks: Send + Sync + 'static {
+    /// Before a claim: `true` answers [`Outcome::InUse`] as if another request held the key.
+    fn key_in_flight(&self, _scope: &str, _key: &str) -> bool {
+        false
+    }
+
+    /// After the answer is stored, before `COMMIT`: may delay, or abort (everything rolls back).
+    fn before_commit(&self) -> HookFuture {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A hook's verdict: `Err` aborts the transaction.
+pub type HookFuture = Pin<Box<dyn Future<Output = Result<(), Aborted>> + Send>>;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Aborted;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
+
+/// The protocol with its settings: how long keys live, and the hooks.
+#[derive(Clone)]
+pub struct Protocol {
+    key_ttl: Duration,
+    hooks: Arc<dyn Hooks>,
+}
+
+impl std::fmt::Debug for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Protocol")
+            .field("key_ttl", &self.key_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Protocol {
+    pub fn new(key_ttl: Duration) -> Protocol {
+        Protocol {
+            key_ttl,
+            hooks: Arc::new(NoHooks),
+        }
+    }
+
+    pub fn with_hooks(self, hooks: Arc<dyn Hooks>) -> Protocol {
+        Protocol { hooks, ..self }
+    }
+
+    pub fn key_ttl(&self) -> Duration {
+        self.key_ttl
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.key_ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Runs `operation` at most once per (scope, key) and answers every copy of the request.
+    pub async fn execute<S, O>(
+        &self,
+        store: &S,
+        request: KeyedRequest<'_>,
+        operation: O,
+    ) -> Result<Outcome, O::Error>
+    where
+        S: KeyStore,
+        O: Operation<S::Tx>,
+        O::Error: From<S::Error>,
+    {
+        // A completed key is answered from a plain read: replays take no write lock at all.
+        let live_after = now_ms().saturating_sub(self.ttl_ms());
+        if let Some(record) = store.stored_key(request.scope, request.key).await?
+            && record.created_at_ms >= live_after
+        {
+            return Ok(self.answer_from_storage(record, request.fingerprint));
+        }
+
+        let operation = Arc::new(operation);
+        for _attempt in 0..MAX_ATTEMPTS {
+            if self.hooks.key_in_flight(request.scope, request.key) {
+                return Ok(Outcome::InUse);
+            }
+            let now_ms = now_ms();
+            let work = KeyedWork {
+                claim: Claim {
+                    scope: request.scope.to_owned(),
+                    key: request.key.to_owned(),
+                    claim_id: uuid::Uuid::new_v4().simple().to_string(),
+                    request_hash: request.fingerprint.as_str().to_owned(),
+                    now_ms,
+                },
+                expired_before_ms: now_ms.saturating_sub(self.ttl_ms()),
+                operation: operation.clone(),
+                hooks: self.hooks.clone(),
+            };
+            let step = match store.transaction(work).await {
+                Ok(step) => step,
+                Err(error) if error.failure() == Failure::Retry => continue,
+                Err(error) => return Err(error),
+            };
+            return Ok(match step {
+                Step::Committed(response) => Outcome::Executed {
+                    response,
+                    expires_at_ms: now_ms.saturating_add(self.ttl_ms()),
+                },
+                Step::Taken(Some(record)) => self.answer_from_storage(record, request.fingerprint),
+                // Swept between the claim and the read, or a lost race: claim again.
+                Step::Taken(None) | Step::Restart => continue,
+                Step::KeyBusy => Outcome::InUse,
+                Step::Aborted => Outcome::TryAgain,
+            });
+        }
+        Ok(Outcome::TryAgain)
+    }
+
+    fn answer_from_storage(&self, record: KeyRecord, fingerprint: &Fingerprint) -> Outcome {
+        if record.request_hash != fingerprint.as_str() {
+            return Outcome::KeyReused;
+        }
+        match record.response {
+            Some(response) => Outcome::Replayed {
+                response,
+                expires_at_ms: record.created_at_ms.saturating_add(self.ttl_ms()),
+            },
+            None => Outcome::InUse,
+        }
+    }
+}
+
+/// How one transaction of [`Protocol::execute`] ended.
+enum Step {
+    Committed(StoredResponse),
+    /// A live key holds the claim: its record (or `None` if it vanished meanwhile).
+    Taken(Option<KeyRecord>),
+    /// The claim waited its bound for an in-flight holder of the key.
+    KeyBusy,
+    Restart,
+    Aborted,
+}
+
+/// Steps 1–4 inside the transaction; the store commits (step 5) on [`Finish::Commit`].
+struct KeyedWork<O> {
+    claim: Claim,
+    expired_before_ms: i64,
+    operation: Arc<O>,
+    hooks: Arc<dyn Hooks>,
+}
+
+impl<Tx, O> Work<Tx> for KeyedWork<O>
+where
+    Tx: KeyTx,
+    O: Operation<Tx>,
+    O::Error: From<Tx::Error>,
+{
+    type Output = Step;
+    type Error = O::Error;
+
+    async fn run(self, tx: &mut Tx) -> Result<Finish<Step>, O::Error> {
+        let claim = &self.claim;
+        // 1. Claim the key, or learn who has it.
+        match tx.claim(claim, self.expired_before_ms).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let record = tx.stored_key(&claim.scope, &claim.key).await?;
+                return Ok(Finish::Rollback(Step::Taken(record)));
+            }
+            Err(error) if error.failure() == Failure::Busy => {
+                return Ok(Finish::Rollback(Step::KeyBusy));
+            }
+            Err(error) => return Err(error.into()),
+        }
+
+        // 2–3. The guarded business change and the rows that record it.
+        let response = match self.operation.apply(tx, claim).await? {
+            Decision::Respond(response) => response,
+            Decision::Restart => return Ok(Finish::Rollback(Step::Restart)),
+        };
+
+        // 4. The answer is stored with the key…
+        tx.complete(claim, &response).await?;
+        if self.hooks.before_commit().await.is_err() {
+            return Ok(Finish::Rollback(Step::Aborted));
+        }
+        // 5. …and all of it commits at once.
+        Ok(Finish::Commit(Step::Committed(response)))
+    }
+}
+
+/// Unix milliseconds, as keys store time.
+pub fn now_ms() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
