@@ -68,6 +68,11 @@ scenario!(
     [Sqlite]
 );
 scenario!(
+    the_widget_pays_under_its_strict_content_security_policy,
+    "",
+    [Sqlite]
+);
+scenario!(
     server_killed_while_retrying_ends_on_one_receipt,
     "delay_after_commit_ms=2500",
     [Sqlite]
@@ -371,6 +376,44 @@ async fn server_killed_while_retrying_ends_on_one_receipt(mut c: Checkout) -> Ch
         c.payment_outcomes(),
         ["replay"],
         "the restarted server replayed the committed payment"
+    );
+    c
+}
+
+async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -> Checkout {
+    let page = c.server.api().get("/").await;
+    let policy = page.headers["content-security-policy"].clone();
+    assert!(
+        policy.contains("script-src 'self' 'wasm-unsafe-eval' 'sha256-"),
+        "{policy}"
+    );
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    c.open().await;
+    // The policy is in force in the browser: an inline script the page did not ship is refused…
+    c.js(
+        "window.__violations = [];
+         document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective));
+         const s = document.createElement('script'); s.textContent = 'window.__injected = true;';
+         document.body.appendChild(s);",
+    )
+    .await;
+    wait_until(
+        "the injected script was not reported",
+        Duration::from_secs(10),
+        || async { c.js("return window.__violations.length;").await.as_u64() > Some(0) },
+    )
+    .await;
+    assert_eq!(
+        c.js("return window.__injected === undefined;").await,
+        json!(true)
+    );
+    // …while the widget, loaded by its own hashed loader, works.
+    c.click("button.pay", 1).await;
+    assert_paid_once(&c).await;
+    assert_eq!(
+        c.js("return window.__violations;").await,
+        json!(["script-src-elem"]),
+        "nothing but the injected script broke the policy"
     );
     c
 }
