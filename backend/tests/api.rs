@@ -14,28 +14,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{Api, Backend, OPENING_BALANCE, Server, TestDb, new_key, payment};
 
-macro_rules! on_both_databases {
-    ($($scenario:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_databases!(
+checkout_testkit::on_both_databases!(
     a_request_sent_three_times_debits_once,
     sixty_four_concurrent_copies_execute_once,
     distinct_payments_racing_on_one_account_never_overdraw,

@@ -15,28 +15,7 @@ use checkout_testkit::{Backend, TestDb};
 use serde_json::json;
 use tokio::sync::Notify;
 
-macro_rules! on_both_stores {
-    ($($scenario:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $scenario() {
-                    super::$scenario(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_stores!(
+checkout_testkit::on_both_databases!(
     an_operation_runs_once_and_is_replayed,
     another_request_under_the_key_is_refused,
     keys_are_scoped_to_their_sender,

@@ -13,6 +13,30 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+/// One test per scenario and database: `on_both_databases!(a, b)` makes `sqlite::a`,
+/// `postgres::a`, … each calling the scenario `async fn a(backend: Backend)` of the caller.
+#[macro_export]
+macro_rules! on_both_databases {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    super::$scenario($crate::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    super::$scenario($crate::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
