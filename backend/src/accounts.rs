@@ -119,25 +119,30 @@ pub async fn create_demo_session(
         uuid::Uuid::new_v4().simple()
     );
     let now_ms = clock::now_ms();
-    let mut tx = app.store.begin().await?;
-    tx.insert_account(
-        &account_id,
-        &token_hash(&token),
-        DEFAULT_CURRENCY,
-        DEMO_OPENING_BALANCE,
-        now_ms,
-    )
-    .await?;
-    tx.insert_ledger(&LedgerEntry {
-        account_id: &account_id,
-        amount: DEMO_OPENING_BALANCE,
-        kind: EntryKind::Opening,
-        claim: None,
-        payment_id: None,
-        refund_id: None,
-        created_at: now_ms,
-    })
-    .await?;
-    tx.commit().await?;
+    let (account, hash) = (account_id.clone(), token_hash(&token));
+    app.store
+        .write(move |tx| {
+            Box::pin(async move {
+                tx.insert_account(
+                    &account,
+                    &hash,
+                    DEFAULT_CURRENCY,
+                    DEMO_OPENING_BALANCE,
+                    now_ms,
+                )
+                .await?;
+                tx.insert_ledger(&LedgerEntry {
+                    account_id: &account,
+                    amount: DEMO_OPENING_BALANCE,
+                    kind: EntryKind::Opening,
+                    claim: None,
+                    payment_id: None,
+                    refund_id: None,
+                    created_at: now_ms,
+                })
+                .await
+            })
+        })
+        .await?;
     Ok(Json(DemoSession { token, account_id }))
 }

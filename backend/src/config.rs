@@ -4,6 +4,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{ArgAction, Parser, builder::BoolishValueParser};
 
+use crate::store::StoreSettings;
+
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "checkout-server",
@@ -55,10 +57,16 @@ pub struct Config {
     pub lock_timeout_ms: u64,
 
     /// Connections to PostgreSQL per server instance; default 4 per CPU core (more only adds
-    /// contention in the database). SQLite uses one writer and four readers.
+    /// contention in the database). SQLite uses one writer and up to four readers.
     #[arg(long = "db-pool-size", env = "CHECKOUT_DB_POOL_SIZE",
           value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub db_pool_size: Option<u32>,
+
+    /// SQLite: at most this many queued writes share one commit (group commit); 1 commits each
+    /// request on its own.
+    #[arg(long = "sqlite-batch", env = "CHECKOUT_SQLITE_BATCH", default_value_t = 64,
+          value_parser = clap::value_parser!(u16).range(1..=1_000))]
+    pub sqlite_batch: u16,
 }
 
 impl Config {
@@ -77,6 +85,14 @@ impl Config {
 
     pub fn lock_timeout(&self) -> Duration {
         Duration::from_millis(self.lock_timeout_ms)
+    }
+
+    pub fn store_settings(&self) -> StoreSettings {
+        StoreSettings {
+            pool_size: self.db_pool_size(),
+            lock_timeout: self.lock_timeout(),
+            sqlite_batch: usize::from(self.sqlite_batch),
+        }
     }
 
     /// The database URL without its credentials, fit for a log line: the password in the

@@ -58,7 +58,10 @@ pub struct Seams {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot open the database {url}: {source}")]
-    Database { url: String, source: sqlx::Error },
+    Database {
+        url: String,
+        source: store::ConnectError,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -70,16 +73,12 @@ pub enum StartError {
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
 pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
-    let store = Store::connect(
-        &config.database_url,
-        config.db_pool_size(),
-        config.lock_timeout(),
-    )
-    .await
-    .map_err(|source| StartError::Database {
-        url: config.database_url_redacted(),
-        source,
-    })?;
+    let store = Store::connect(&config.database_url, config.store_settings())
+        .await
+        .map_err(|source| StartError::Database {
+            url: config.database_url_redacted(),
+            source,
+        })?;
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
         .map_err(|source| StartError::Listen {
@@ -89,7 +88,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     let addr = listener.local_addr().map_err(StartError::Serve)?;
 
     let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
-    let mut protocol = Protocol::new(config.key_ttl());
+    let mut protocol = Protocol::new(config.key_ttl()).with_lock_timeout(config.lock_timeout());
     if let Some(hooks) = seams.hooks {
         protocol = protocol.with_hooks(hooks);
     }

@@ -779,7 +779,7 @@ async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
 }
 
 async fn health_account_and_demo_mode(backend: Backend) {
-    let (db, _server, shopper) = setup(backend).await;
+    let (db, server, shopper) = setup(backend).await;
     let health = shopper.get("/healthz").await;
     assert_eq!(health.status, StatusCode::OK);
     let account = shopper.get("/api/account").await.json();
@@ -787,6 +787,7 @@ async fn health_account_and_demo_mode(backend: Backend) {
     assert_eq!(account["balance"], OPENING_BALANCE);
     assert_eq!(account["currency"], "RUB");
 
+    drop(server); // one server per SQLite file
     let no_demo = Server::start_with(SERVER, &db, &[("CHECKOUT_DEMO", "0")]).await;
     let answer = no_demo
         .api()

@@ -244,3 +244,29 @@ async fn pages_and_answers_carry_a_strict_security_policy() {
         );
     }
 }
+
+/// SQLite is one process's file: a second server on it exits at once, naming the file, and the
+/// first one goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_server_on_the_same_sqlite_file_is_refused() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let first = Server::start(SERVER, &db).await;
+    let shopper = first.api().shopper().await;
+
+    let out = run_server(&[("DATABASE_URL", &db.url)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second server must not start");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let file = db.url.trim_start_matches("sqlite://");
+    assert!(stderr.contains(file), "names the file: {stderr}");
+    assert!(
+        stderr.contains("in use by another checkout-server"),
+        "{stderr}"
+    );
+
+    let paid = shopper.pay(&new_key(), &payment("ord-1", 100)).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "the first server goes on");
+    drop(first);
+    let next = Server::start(SERVER, &db).await;
+    assert_eq!(shopper.on(&next).balance().await, OPENING_BALANCE - 100);
+}

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use checkout_backend::error::ApiError;
-use checkout_backend::store::{EntryKind, LedgerEntry, Store, StoreError, Tx};
+use checkout_backend::store::{EntryKind, LedgerEntry, Store, StoreError, StoreSettings, Tx};
 use checkout_idempotency::{
     Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
     Operation, Outcome, Protocol, StoredResponse, now_ms,
@@ -26,6 +26,7 @@ checkout_testkit::on_both_databases!(
     a_duplicate_of_an_in_flight_request_never_runs_twice,
     a_completion_without_its_claim_is_refused,
     expired_keys_are_swept_in_bounded_batches,
+    a_failure_inside_a_batch_rolls_back_only_itself,
 );
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -34,15 +35,30 @@ const LOCK_TIMEOUT: Duration = Duration::from_millis(150);
 /// A store over a fresh database, with two accounts to scope keys to.
 async fn setup(backend: Backend) -> (TestDb, Store) {
     let db = TestDb::new(backend).await;
-    let store = Store::connect(&db.url, 8, LOCK_TIMEOUT).await.unwrap();
-    let mut tx = store.begin().await.unwrap();
-    for account in ["acc_a", "acc_b"] {
-        tx.insert_account(account, &format!("hash-{account}"), "RUB", 0, now_ms())
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    let settings = StoreSettings {
+        pool_size: 8,
+        lock_timeout: LOCK_TIMEOUT,
+        sqlite_batch: 64,
+    };
+    let store = Store::connect(&db.url, settings).await.unwrap();
+    store
+        .write(|tx| {
+            Box::pin(async move {
+                for account in ["acc_a", "acc_b"] {
+                    let hash = format!("hash-{account}");
+                    tx.insert_account(account, &hash, "RUB", 0, now_ms())
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
     (db, store)
+}
+
+fn protocol() -> Protocol {
+    Protocol::new(TTL).with_lock_timeout(LOCK_TIMEOUT)
 }
 
 /// The trivial operation: credits its sender one kopeck (with the ledger row that records it)
@@ -129,7 +145,7 @@ fn executed(body: &str) -> StoredResponse {
 
 async fn an_operation_runs_once_and_is_replayed(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     let tally = Tally {
         answer: 7,
         ..Tally::default()
@@ -165,7 +181,7 @@ async fn an_operation_runs_once_and_is_replayed(backend: Backend) {
 
 async fn another_request_under_the_key_is_refused(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     let first = Tally {
         answer: 1,
         ..Tally::default()
@@ -189,7 +205,7 @@ async fn another_request_under_the_key_is_refused(backend: Backend) {
 
 async fn keys_are_scoped_to_their_sender(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     for scope in ["acc_a", "acc_b"] {
         let outcome = run(&protocol, &store, scope, "shared", Tally::default())
             .await
@@ -206,7 +222,7 @@ async fn keys_are_scoped_to_their_sender(backend: Backend) {
 
 async fn a_failed_operation_leaves_no_key(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     let failing = Tally {
         fail: true,
         ..Tally::default()
@@ -228,7 +244,7 @@ async fn a_failed_operation_leaves_no_key(backend: Backend) {
 
 async fn a_lost_race_runs_again_and_gives_up_bounded(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     let twice = Tally {
         restarts: Arc::new(AtomicUsize::new(2)),
         ..Tally::default()
@@ -269,7 +285,7 @@ impl Hooks for AbortEveryCommit {
 
 async fn an_aborted_commit_leaves_no_trace(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL).with_hooks(Arc::new(AbortEveryCommit));
+    let protocol = protocol().with_hooks(Arc::new(AbortEveryCommit));
     let outcome = run(&protocol, &store, "acc_a", "k1", Tally::default())
         .await
         .unwrap();
@@ -281,7 +297,7 @@ async fn an_aborted_commit_leaves_no_trace(backend: Backend) {
 
 async fn an_expired_key_is_taken_over(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     run(&protocol, &store, "acc_a", "k1", Tally::default())
         .await
         .unwrap();
@@ -308,7 +324,7 @@ async fn an_expired_key_is_taken_over(backend: Backend) {
 
 async fn a_duplicate_of_an_in_flight_request_never_runs_twice(backend: Backend) {
     let (db, store) = setup(backend).await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     let (inside, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let slow = Tally {
         hold: Some((inside.clone(), release.clone())),
@@ -319,49 +335,164 @@ async fn a_duplicate_of_an_in_flight_request_never_runs_twice(backend: Backend) 
         async move { run(&protocol, &store, "acc_a", "k1", slow).await }
     });
     inside.notified().await; // the original holds its claim, uncommitted
-    let duplicate = tokio::spawn({
-        let (protocol, store) = (protocol.clone(), store.clone());
-        async move { run(&protocol, &store, "acc_a", "k1", Tally::default()).await }
-    });
+
+    // A copy in this process waits for the original in memory, at most the lock timeout.
+    let started = std::time::Instant::now();
+    let copy = run(&protocol, &store, "acc_a", "k1", Tally::default())
+        .await
+        .unwrap();
+    assert_eq!(copy, Outcome::InUse);
+    let waited = started.elapsed();
+    assert!(
+        LOCK_TIMEOUT <= waited && waited < LOCK_TIMEOUT * 10,
+        "waited {waited:?} for a {LOCK_TIMEOUT:?} bound"
+    );
     if backend == Backend::Postgres {
-        // The claim waits on the original's key row for the lock timeout, then gives up.
-        let outcome = duplicate.await.unwrap().unwrap();
-        assert_eq!(outcome, Outcome::InUse);
-        release.notify_one();
-        let original = original.await.unwrap().unwrap();
-        assert!(matches!(original, Outcome::Executed { .. }), "{original:?}");
-    } else {
-        // SQLite's one writer: the duplicate queues behind the original, then replays it.
-        release.notify_one();
-        let original = original.await.unwrap().unwrap();
-        let Outcome::Executed { response, .. } = original else {
-            panic!("{original:?}")
-        };
-        let outcome = duplicate.await.unwrap().unwrap();
-        assert!(
-            matches!(&outcome, Outcome::Replayed { response: r, .. } if *r == response),
-            "{outcome:?}"
-        );
+        // Another instance (its own registry) is bounded by the database: its claim waits on
+        // the original's key row for the lock timeout.
+        let other_instance = protocol_elsewhere();
+        let copy = run(&other_instance, &store, "acc_a", "k1", Tally::default())
+            .await
+            .unwrap();
+        assert_eq!(copy, Outcome::InUse);
     }
+
+    release.notify_one();
+    let original = original.await.unwrap().unwrap();
+    let Outcome::Executed { response, .. } = original else {
+        panic!("{original:?}")
+    };
+    let retried = run(&protocol, &store, "acc_a", "k1", Tally::default())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&retried, Outcome::Replayed { response: r, .. } if *r == response),
+        "{retried:?}"
+    );
     assert_eq!(balance(&db, "acc_a").await, 1, "applied once");
     db.assert_invariants().await;
 }
 
+/// A protocol with a registry of its own, as in another server process.
+fn protocol_elsewhere() -> Protocol {
+    protocol()
+}
+
 async fn a_completion_without_its_claim_is_refused(backend: Backend) {
     let (_db, store) = setup(backend).await;
-    let mut tx = store.begin().await.unwrap();
-    let never_claimed = Claim {
-        scope: "acc_a".into(),
-        key: "k1".into(),
-        claim_id: "c1".into(),
-        request_hash: fingerprint(0).as_str().into(),
-        now_ms: now_ms(),
-    };
-    let error = tx
-        .complete(&never_claimed, &executed("{}"))
+    let error = store
+        .write(|tx| {
+            Box::pin(async move {
+                let never_claimed = Claim {
+                    scope: "acc_a".into(),
+                    key: "k1".into(),
+                    claim_id: "c1".into(),
+                    request_hash: fingerprint(0).as_str().into(),
+                    now_ms: now_ms(),
+                };
+                tx.complete(&never_claimed, &executed("{}")).await
+            })
+        })
         .await
         .unwrap_err();
     assert!(matches!(error, StoreError::LostClaim), "{error:?}");
+}
+
+/// Work queued while the writer is busy runs as one batch, one savepoint each: a unit that
+/// fails or loses a race rolls back alone; the others commit, with their stored answers.
+/// (On PostgreSQL each unit is a transaction of its own; the outcomes are the same.)
+async fn a_failure_inside_a_batch_rolls_back_only_itself(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let protocol = protocol();
+    let (inside, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let holder = tokio::spawn({
+        let (protocol, store) = (protocol.clone(), store.clone());
+        let hold = Tally {
+            hold: Some((inside.clone(), release.clone())),
+            ..Tally::default()
+        };
+        async move { run(&protocol, &store, "acc_b", "hold", hold).await }
+    });
+    inside.notified().await;
+
+    let mut queued = Vec::new();
+    for n in 0..4 {
+        let good = Tally {
+            answer: n,
+            ..Tally::default()
+        };
+        queued.push(("good", format!("ok-{n}"), good));
+    }
+    let failing = Tally {
+        fail: true,
+        ..Tally::default()
+    };
+    queued.push(("fails", "fails".into(), failing));
+    let loser = Tally {
+        restarts: Arc::new(AtomicUsize::new(1)),
+        ..Tally::default()
+    };
+    queued.push(("loses a race once", "race".into(), loser));
+    let units = queued.len();
+    let answers: Vec<_> = queued
+        .into_iter()
+        .map(|(what, key, tally)| {
+            let (protocol, store) = (protocol.clone(), store.clone());
+            tokio::spawn(async move {
+                (
+                    what,
+                    key.clone(),
+                    run(&protocol, &store, "acc_a", &key, tally).await,
+                )
+            })
+        })
+        .collect();
+    if let Store::Sqlite(sqlite) = &store {
+        let stats = sqlite.stats.clone();
+        checkout_testkit::wait_until(
+            "the units never queued behind the held writer",
+            Duration::from_secs(20),
+            || {
+                let stats = stats.clone();
+                async move { stats.queued.load(Ordering::SeqCst) == units as u64 }
+            },
+        )
+        .await;
+    }
+    release.notify_one();
+    assert!(matches!(
+        holder.await.unwrap().unwrap(),
+        Outcome::Executed { .. }
+    ));
+    for answer in answers {
+        let (what, key, outcome) = answer.await.unwrap();
+        match what {
+            "fails" => {
+                assert!(outcome.is_err(), "{what}: {outcome:?}");
+                assert_eq!(store.stored_key("acc_a", &key).await.unwrap(), None);
+            }
+            _ => {
+                assert!(
+                    matches!(outcome, Ok(Outcome::Executed { .. })),
+                    "{what}: {outcome:?}"
+                );
+                assert!(store.stored_key("acc_a", &key).await.unwrap().is_some());
+            }
+        }
+    }
+    if let Store::Sqlite(sqlite) = &store {
+        assert!(
+            sqlite.stats.largest_batch.load(Ordering::SeqCst) > units as u64,
+            "the held unit and the queued ones shared one commit"
+        );
+    }
+    assert_eq!(
+        balance(&db, "acc_a").await,
+        5,
+        "four good units and the race's winner"
+    );
+    assert_eq!(balance(&db, "acc_b").await, 1);
+    db.assert_invariants().await;
 }
 
 async fn expired_keys_are_swept_in_bounded_batches(backend: Backend) {
@@ -375,7 +506,7 @@ async fn expired_keys_are_swept_in_bounded_batches(backend: Backend) {
          SELECT 'acc_a', 'old-' || n, 'c-' || n, 'h', 'done', 201, '{{}}', {old} FROM numbers"
     ))
     .await;
-    let protocol = Protocol::new(TTL);
+    let protocol = protocol();
     run(&protocol, &store, "acc_a", "fresh", Tally::default())
         .await
         .unwrap();

@@ -13,7 +13,8 @@
 //! A crash before 5 leaves no trace, so a resend runs afresh; after it, a resend replays the
 //! stored answer byte for byte. A key that is already taken is answered from storage: the same
 //! request replays, another request under that key is [`Outcome::KeyReused`], one still
-//! executing is [`Outcome::InUse`].
+//! executing is [`Outcome::InUse`]. A copy that arrives while this process is executing the
+//! key waits for it at most the lock timeout, in memory, rather than queue for the database.
 //!
 //! The database is reached through [`KeyStore`] and [`KeyTx`]; how a store runs a transaction
 //! (one connection each, or many requests in one group commit) is its own business, as long as
@@ -21,10 +22,13 @@
 
 mod fingerprint;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
 
 pub use fingerprint::{Fingerprint, canonical_json};
 
@@ -221,17 +225,24 @@ pub struct NoHooks;
 
 impl Hooks for NoHooks {}
 
-/// The protocol with its settings: how long keys live, and the hooks.
+/// How long a copy waits for its in-flight original unless told otherwise.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The protocol with its settings: how long keys live, how long a copy waits for its
+/// in-flight original, and the hooks. Clones share the registry of keys in flight.
 #[derive(Clone)]
 pub struct Protocol {
     key_ttl: Duration,
+    lock_timeout: Duration,
     hooks: Arc<dyn Hooks>,
+    in_flight: Arc<InFlight>,
 }
 
 impl std::fmt::Debug for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Protocol")
             .field("key_ttl", &self.key_ttl)
+            .field("lock_timeout", &self.lock_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -240,7 +251,16 @@ impl Protocol {
     pub fn new(key_ttl: Duration) -> Protocol {
         Protocol {
             key_ttl,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
             hooks: Arc::new(NoHooks),
+            in_flight: Arc::default(),
+        }
+    }
+
+    pub fn with_lock_timeout(self, lock_timeout: Duration) -> Protocol {
+        Protocol {
+            lock_timeout,
+            ..self
         }
     }
 
@@ -275,6 +295,34 @@ impl Protocol {
         {
             return Ok(self.answer_from_storage(record, request.fingerprint));
         }
+
+        // A copy of a request this process is executing waits for it, bounded, in memory; then
+        // the first copy's answer is in storage.
+        let mut in_flight = None;
+        for _attempt in 0..MAX_ATTEMPTS {
+            match self.in_flight.enter(request.scope, request.key) {
+                Entry::First(guard) => {
+                    in_flight = Some(guard);
+                    break;
+                }
+                Entry::Behind(mut done) => {
+                    let waited = tokio::time::timeout(self.lock_timeout, done.changed()).await;
+                    if waited.is_err() {
+                        return Ok(Outcome::InUse);
+                    }
+                    let live_after = now_ms().saturating_sub(self.ttl_ms());
+                    if let Some(record) = store.stored_key(request.scope, request.key).await?
+                        && record.created_at_ms >= live_after
+                    {
+                        return Ok(self.answer_from_storage(record, request.fingerprint));
+                    }
+                    // The first copy ended without an answer (it failed): this one runs afresh.
+                }
+            }
+        }
+        let Some(_in_flight) = in_flight else {
+            return Ok(Outcome::InUse);
+        };
 
         let operation = Arc::new(operation);
         for _attempt in 0..MAX_ATTEMPTS {
@@ -325,6 +373,50 @@ impl Protocol {
             },
             None => Outcome::InUse,
         }
+    }
+}
+
+/// The keys this process is executing: each with a channel that closes when it is done.
+#[derive(Default)]
+struct InFlight {
+    keys: Mutex<HashMap<(String, String), watch::Receiver<()>>>,
+}
+
+enum Entry {
+    /// This copy executes; the key is in flight until the guard drops.
+    First(InFlightGuard),
+    /// Another copy is executing; the receiver learns when it is done.
+    Behind(watch::Receiver<()>),
+}
+
+impl InFlight {
+    fn enter(self: &Arc<Self>, scope: &str, key: &str) -> Entry {
+        let id = (scope.to_owned(), key.to_owned());
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(done) = keys.get(&id) {
+            return Entry::Behind(done.clone());
+        }
+        let (sender, receiver) = watch::channel(());
+        keys.insert(id.clone(), receiver);
+        Entry::First(InFlightGuard {
+            registry: self.clone(),
+            id,
+            _done: sender,
+        })
+    }
+}
+
+struct InFlightGuard {
+    registry: Arc<InFlight>,
+    id: (String, String),
+    /// Dropped after the entry is removed: every waiter wakes.
+    _done: watch::Sender<()>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let mut keys = self.registry.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.remove(&self.id);
     }
 }
 

@@ -59,51 +59,58 @@ async fn sigterm_lets_an_in_flight_payment_finish() {
     }
 }
 
-/// On PostgreSQL a duplicate waits for the original's key lock at most the lock timeout, then
-/// answers 409 with Retry-After; once the original commits, the duplicate replays it.
+/// A duplicate waits for the original at most the lock timeout, then answers 409 with
+/// Retry-After; once the original commits, the duplicate replays it. The original is really
+/// slow (its transaction is held open before COMMIT), on both databases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let server = Server::start_with(
-        SERVER,
-        &db,
-        &[
-            ("CHECKOUT_FAULTS", "delay_before_commit_ms=2000"),
-            ("CHECKOUT_LOCK_TIMEOUT_MS", "200"),
-        ],
-    )
-    .await;
-    let shopper = server.api().shopper().await;
-    let (key, body) = (new_key(), payment("ord-slow", 900));
-    let original = tokio::spawn({
-        let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
-        async move { shopper.pay(&key, &body).await }
-    });
-    // Wait until the original holds its claim: its transaction has run every statement and
-    // sits idle in transaction, held open by the fault before its COMMIT.
-    let holding = "SELECT COUNT(*) FROM pg_stat_activity \
-                   WHERE datname = current_database() AND state = 'idle in transaction'";
-    wait_until(
-        "the payment never reached its commit",
-        Duration::from_secs(20),
-        || async { db.scalar(holding).await > 0 },
-    )
-    .await;
-    let duplicate = shopper.pay(&key, &body).await;
-    duplicate.assert_problem(409, "idempotency_key_in_use");
-    assert_eq!(
-        duplicate.headers.get("retry-after").map(String::as_str),
-        Some("1")
-    );
-    assert!(
-        !original.is_finished(),
-        "the 409 came while the original was still executing"
-    );
-    let original = original.await.unwrap();
-    assert_eq!(original.status, StatusCode::CREATED);
-    let replay = shopper.pay(&key, &body).await;
-    assert!(replay.replayed());
-    assert_eq!(replay.body, original.body);
-    assert_eq!(shopper.balance().await, OPENING_BALANCE - 900);
-    db.assert_invariants().await;
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::new(backend).await;
+        let server = Server::start_with(
+            SERVER,
+            &db,
+            &[
+                ("CHECKOUT_FAULTS", "delay_before_commit_ms=2000"),
+                ("CHECKOUT_LOCK_TIMEOUT_MS", "200"),
+            ],
+        )
+        .await;
+        let shopper = server.api().shopper().await;
+        let (key, body) = (new_key(), payment("ord-slow", 900));
+        let original = tokio::spawn({
+            let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
+            async move { shopper.pay(&key, &body).await }
+        });
+        // Wait until the original holds its claim: its transaction has run every statement
+        // and is held open before its COMMIT.
+        wait_until(
+            "the payment never reached its commit",
+            Duration::from_secs(20),
+            || async { server.log().contains("holding the transaction open") },
+        )
+        .await;
+        let started = std::time::Instant::now();
+        let duplicate = shopper.pay(&key, &body).await;
+        let waited = started.elapsed();
+        duplicate.assert_problem(409, "idempotency_key_in_use");
+        assert_eq!(
+            duplicate.headers.get("retry-after").map(String::as_str),
+            Some("1")
+        );
+        assert!(
+            waited < Duration::from_millis(1_500),
+            "{backend:?}: the 409 took {waited:?}; the bound is 200 ms"
+        );
+        assert!(
+            !original.is_finished(),
+            "{backend:?}: the 409 came while the original was still executing"
+        );
+        let original = original.await.unwrap();
+        assert_eq!(original.status, StatusCode::CREATED);
+        let replay = shopper.pay(&key, &body).await;
+        assert!(replay.replayed());
+        assert_eq!(replay.body, original.body);
+        assert_eq!(shopper.balance().await, OPENING_BALANCE - 900);
+        db.assert_invariants().await;
+    }
 }

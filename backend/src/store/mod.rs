@@ -1,34 +1,42 @@
 //! Where the money and the keys are kept: one API over SQLite or PostgreSQL, chosen by
-//! `DATABASE_URL`. Each method is one statement; the SQL is in `sql.rs` (shared) and in the
-//! database's own module (what differs).
+//! `DATABASE_URL`. Each method is one statement, written once for both databases (arguments
+//! bound to `$n`, rows read by column name, see `row.rs`); the SQL is in `sql.rs` (shared) and in
+//! the database's own module (what differs).
 
 mod postgres;
+mod row;
 mod sql;
 mod sqlite;
 
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::Duration;
 
 use checkout_idempotency::{
     Claim, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
 };
-use sqlx::{Postgres, Sqlite, Transaction};
+use sqlx::{Postgres, Transaction};
 
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+use row::{Arg, ReadRow, Row, RowError};
+pub use sqlite::{SqliteStore, SqliteTx, WriterStats};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// A lock or a connection was not had within its bound. On a key claim this means the
     /// first request with that key is still executing.
     #[error("the database is busy: {0}")]
-    Busy(sqlx::Error),
+    Busy(BoxError),
     /// The transaction lost a serialization race and may simply be run again.
     #[error("transaction must be retried: {0}")]
-    Retry(sqlx::Error),
+    Retry(BoxError),
     #[error("the database is unavailable: {0}")]
-    Unavailable(sqlx::Error),
+    Unavailable(BoxError),
     #[error("database error: {0}")]
-    Other(sqlx::Error),
+    Other(BoxError),
     /// Completing a key updated no row: the claim was taken over (it expired mid-transaction)
     /// or never held. The transaction rolls back rather than answer without its key.
     #[error("the claim of an idempotency key was lost before it completed")]
@@ -47,90 +55,46 @@ impl Classify for StoreError {
     }
 }
 
+/// Why the store could not be opened at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("{0}")]
+    Database(#[from] sqlx::Error),
+    #[error("{0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(
+        "the file {} is in use by another checkout-server process (one process per SQLite file)",
+        file.display()
+    )]
+    InUse { file: PathBuf },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How the store is opened.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreSettings {
+    /// PostgreSQL connections of this instance.
+    pub pool_size: u32,
+    /// How long a claim waits on PostgreSQL for an in-flight holder of its key.
+    pub lock_timeout: Duration,
+    /// Units of work per SQLite commit at most (1: a commit per request).
+    pub sqlite_batch: usize,
+}
+
 #[derive(Clone, Debug)]
 pub enum Store {
     Sqlite(SqliteStore),
     Postgres(PgStore),
 }
 
-/// One open write transaction. Dropped without [`Tx::commit`], it rolls back.
+/// One open write transaction, lent to a unit of work by [`KeyStore::transaction`].
 pub enum Tx {
-    Sqlite(Transaction<'static, Sqlite>),
+    /// The SQLite writer's connection, inside the unit's savepoint of the current batch.
+    Sqlite(SqliteTx),
     Postgres(Transaction<'static, Postgres>),
-}
-
-/// Runs the same statement code on whichever database a [`Tx`] holds, classifying errors the
-/// way that database reports them.
-macro_rules! on_tx {
-    ($tx:expr, $conn:ident => $body:expr) => {
-        match $tx {
-            Tx::Sqlite(tx) => {
-                let $conn = &mut **tx;
-                $body.map_err(sqlite::classify)
-            }
-            Tx::Postgres(tx) => {
-                let $conn = &mut **tx;
-                $body.map_err(postgres::classify)
-            }
-        }
-    };
-    // `$sql` names a statement that each database module spells its own way.
-    ($tx:expr, $conn:ident, $sql:ident = $item:ident => $body:expr) => {
-        match $tx {
-            Tx::Sqlite(tx) => {
-                let ($conn, $sql) = (&mut **tx, &*sqlite::$item);
-                $body.map_err(sqlite::classify)
-            }
-            Tx::Postgres(tx) => {
-                let ($conn, $sql) = (&mut **tx, &*postgres::$item);
-                $body.map_err(postgres::classify)
-            }
-        }
-    };
-}
-
-/// The same for reads outside a transaction, on the store's read pool.
-macro_rules! on_pool {
-    ($store:expr, $pool:ident => $body:expr) => {
-        match $store {
-            Store::Sqlite(store) => {
-                let $pool = &store.reader;
-                $body.map_err(sqlite::classify)
-            }
-            Store::Postgres(store) => {
-                let $pool = &store.pool;
-                $body.map_err(postgres::classify)
-            }
-        }
-    };
-}
-
-/// A key's row, as the protocol's [`KeyRecord`].
-#[derive(Clone, Debug, sqlx::FromRow)]
-struct KeyRow {
-    request_hash: String,
-    status: String,
-    response_status: Option<i64>,
-    response_body: Option<String>,
-    created_at: i64,
-}
-
-impl From<KeyRow> for KeyRecord {
-    fn from(row: KeyRow) -> KeyRecord {
-        let response = match (row.status.as_str(), row.response_status, row.response_body) {
-            ("done", Some(status), Some(body)) => Some(StoredResponse {
-                // The column only ever holds statuses the server sent.
-                status: u16::try_from(status).unwrap_or(500),
-                body,
-            }),
-            _ => None,
-        };
-        KeyRecord {
-            request_hash: row.request_hash,
-            response,
-            created_at_ms: row.created_at,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -162,14 +126,24 @@ pub struct LedgerEntry<'a> {
     pub created_at: i64,
 }
 
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct AccountRow {
     pub account_id: String,
     pub balance: i64,
     pub currency: String,
 }
 
-#[derive(Clone, Debug, sqlx::FromRow)]
+impl AccountRow {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(AccountRow {
+            account_id: row.text("account_id")?,
+            balance: row.int("balance")?,
+            currency: row.text("currency")?,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
 pub struct PaymentRow {
     pub payment_id: String,
     pub order_id: String,
@@ -180,19 +154,21 @@ pub struct PaymentRow {
     pub refunded: i64,
 }
 
-/// One row of [`sql::PAYMENT_WITH_REFUNDS`]: the payment, and one of its refunds if any.
-#[derive(Debug, sqlx::FromRow)]
-struct PaymentRefundRow {
-    #[sqlx(flatten)]
-    payment: PaymentRow,
-    refund_id: Option<String>,
-    refund_amount: Option<i64>,
-    refunded_total_after: Option<i64>,
-    refund_balance_after: Option<i64>,
-    refund_created_at: Option<i64>,
+impl PaymentRow {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(PaymentRow {
+            payment_id: row.text("payment_id")?,
+            order_id: row.text("order_id")?,
+            amount: row.int("amount")?,
+            currency: row.text("currency")?,
+            balance_after: row.int("balance_after")?,
+            created_at: row.int("created_at")?,
+            refunded: row.int("refunded")?,
+        })
+    }
 }
 
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct RefundRow {
     pub refund_id: String,
     pub payment_id: String,
@@ -200,6 +176,43 @@ pub struct RefundRow {
     pub refunded_total_after: i64,
     pub balance_after: i64,
     pub created_at: i64,
+}
+
+/// One row of [`sql::PAYMENT_WITH_REFUNDS`]: the payment, and one of its refunds if any.
+fn read_payment_and_refund(row: &dyn Row) -> Result<(PaymentRow, Option<RefundRow>), RowError> {
+    let payment = PaymentRow::read(row)?;
+    let refund = match row.opt_text("refund_id")? {
+        Some(refund_id) => Some(RefundRow {
+            refund_id,
+            payment_id: payment.payment_id.clone(),
+            amount: row.int("refund_amount")?,
+            refunded_total_after: row.int("refunded_total_after")?,
+            balance_after: row.int("refund_balance_after")?,
+            created_at: row.int("refund_created_at")?,
+        }),
+        None => None,
+    };
+    Ok((payment, refund))
+}
+
+fn read_key(row: &dyn Row) -> Result<KeyRecord, RowError> {
+    let response = match (
+        row.text("status")?.as_str(),
+        row.opt_int("response_status")?,
+        row.opt_text("response_body")?,
+    ) {
+        ("done", Some(status), Some(body)) => Some(StoredResponse {
+            // The column only ever holds statuses the server sent.
+            status: u16::try_from(status).unwrap_or(500),
+            body,
+        }),
+        _ => None,
+    };
+    Ok(KeyRecord {
+        request_hash: row.text("request_hash")?,
+        response,
+        created_at_ms: row.int("created_at")?,
+    })
 }
 
 pub struct NewPayment<'a> {
@@ -228,47 +241,51 @@ pub struct NewRefund<'a> {
     pub balance_after: i64,
 }
 
+/// A future borrowing the transaction it runs in, for [`Store::write`].
+pub type TxFuture<'t, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 't>>;
+
 impl Store {
-    /// Connects to `database_url` (`sqlite:` or `postgres:`), creating a SQLite file if missing,
-    /// and runs the migrations.
+    /// Opens `database_url` (`sqlite:` or `postgres:`), creating a SQLite file if missing, and
+    /// runs the migrations.
     pub async fn connect(
         database_url: &str,
-        pool_size: u32,
-        lock_timeout: Duration,
-    ) -> Result<Store, sqlx::Error> {
+        settings: StoreSettings,
+    ) -> Result<Store, ConnectError> {
         if database_url.starts_with("sqlite:") {
-            Ok(Store::Sqlite(sqlite::connect(database_url).await?))
+            Ok(Store::Sqlite(
+                sqlite::connect(database_url, settings.sqlite_batch).await?,
+            ))
         } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
             Ok(Store::Postgres(
-                postgres::connect(database_url, pool_size, lock_timeout).await?,
+                postgres::connect(database_url, settings.pool_size, settings.lock_timeout).await?,
             ))
         } else {
-            Err(sqlx::Error::Configuration(
+            Err(ConnectError::Config(
                 "DATABASE_URL must start with sqlite: or postgres:".into(),
             ))
         }
     }
 
-    /// A write transaction whose key claim waits at most the lock timeout.
-    pub async fn begin_keyed(&self) -> Result<Tx, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.begin().await.map(Tx::Sqlite).map_err(sqlite::classify),
-            Store::Postgres(s) => s
-                .begin_keyed()
-                .await
-                .map(Tx::Postgres)
-                .map_err(postgres::classify),
-        }
+    /// A write that is not keyed: `f` runs inside one transaction, which commits if it
+    /// returns `Ok`.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'t> FnOnce(&'t mut Tx) -> TxFuture<'t, T> + Send + 'static,
+    {
+        self.transaction(Write(f)).await
     }
 
-    pub async fn begin(&self) -> Result<Tx, StoreError> {
+    /// A read outside any transaction: SQLite's readers or PostgreSQL's pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Vec<T>, StoreError> {
         match self {
-            Store::Sqlite(s) => s.begin().await.map(Tx::Sqlite).map_err(sqlite::classify),
-            Store::Postgres(s) => s
-                .begin()
-                .await
-                .map(Tx::Postgres)
-                .map_err(postgres::classify),
+            Store::Sqlite(store) => store.read(sql, args, read).await,
+            Store::Postgres(store) => postgres::fetch_all(&store.pool, sql, args, read).await,
         }
     }
 
@@ -277,11 +294,21 @@ impl Store {
         &self,
         token_hash: &str,
     ) -> Result<Option<(String, String)>, StoreError> {
-        on_pool!(self, pool => sqlx::query_as(sql::ACCOUNT_BY_TOKEN_HASH).bind(token_hash).fetch_optional(pool).await)
+        let rows = self
+            .read(
+                sql::ACCOUNT_BY_TOKEN_HASH,
+                &[Arg::Text(token_hash)],
+                |row| Ok((row.text("account_id")?, row.text("currency")?)),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
     }
 
     pub async fn account(&self, account_id: &str) -> Result<Option<AccountRow>, StoreError> {
-        on_pool!(self, pool => sqlx::query_as(sql::ACCOUNT).bind(account_id).fetch_optional(pool).await)
+        let rows = self
+            .read(sql::ACCOUNT, &[Arg::Text(account_id)], AccountRow::read)
+            .await?;
+        Ok(rows.into_iter().next())
     }
 
     /// The payment with its refunds, read by one statement, so that both come from one snapshot
@@ -291,30 +318,24 @@ impl Store {
         account_id: &str,
         payment_id: &str,
     ) -> Result<Option<(PaymentRow, Vec<RefundRow>)>, StoreError> {
-        let rows: Vec<PaymentRefundRow> = on_pool!(self, pool => sqlx::query_as(sql::PAYMENT_WITH_REFUNDS)
-            .bind(payment_id).bind(account_id).fetch_all(pool).await)?;
-        let Some(first) = rows.first() else {
+        let rows = self
+            .read(
+                sql::PAYMENT_WITH_REFUNDS,
+                &[Arg::Text(payment_id), Arg::Text(account_id)],
+                read_payment_and_refund,
+            )
+            .await?;
+        let Some((payment, _)) = rows.first() else {
             return Ok(None);
         };
-        let payment = first.payment.clone();
-        let refunds = rows
-            .into_iter()
-            .filter_map(|row| {
-                Some(RefundRow {
-                    refund_id: row.refund_id?,
-                    payment_id: row.payment.payment_id,
-                    amount: row.refund_amount?,
-                    refunded_total_after: row.refunded_total_after?,
-                    balance_after: row.refund_balance_after?,
-                    created_at: row.refund_created_at?,
-                })
-            })
-            .collect();
+        let payment = payment.clone();
+        let refunds = rows.into_iter().filter_map(|(_, refund)| refund).collect();
         Ok(Some((payment, refunds)))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        on_pool!(self, pool => sqlx::query(sql::PING).execute(pool).await.map(|_| ()))
+        self.read(sql::PING, &[], |row| row.int("one")).await?;
+        Ok(())
     }
 
     /// Deletes at most `batch` keys created before `created_before_ms`, in a transaction of its
@@ -324,12 +345,16 @@ impl Store {
         created_before_ms: i64,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.begin().await?;
-        let deleted = on_tx!(&mut tx, conn => sqlx::query(sql::SWEEP_EXPIRED_KEYS)
-            .bind(created_before_ms).bind(batch)
-            .execute(conn).await.map(|r| r.rows_affected()))?;
-        tx.commit().await?;
-        Ok(deleted)
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    sql::SWEEP_EXPIRED_KEYS,
+                    &[Arg::Int(created_before_ms), Arg::Int(batch)],
+                )
+                .await
+            })
+        })
+        .await
     }
 }
 
@@ -338,31 +363,63 @@ impl KeyStore for Store {
     type Error = StoreError;
 
     async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
-        let row: Option<KeyRow> = on_pool!(self, pool => sqlx::query_as(sql::STORED_KEY).bind(scope).bind(key).fetch_optional(pool).await)?;
-        Ok(row.map(KeyRecord::from))
+        let rows = self
+            .read(
+                sql::STORED_KEY,
+                &[Arg::Text(scope), Arg::Text(key)],
+                read_key,
+            )
+            .await?;
+        Ok(rows.into_iter().next())
     }
 
-    /// One transaction on one connection: `BEGIN` (SQLite: `IMMEDIATE`; PostgreSQL: with the
-    /// claim's lock timeout), the work, then `COMMIT` or `ROLLBACK`.
+    /// PostgreSQL: one transaction on one pooled connection (`BEGIN` with the claim's lock
+    /// timeout, the work, `COMMIT` or `ROLLBACK`). SQLite: a savepoint in the writer's current
+    /// batch, answered after the batch's commit.
     async fn transaction<W>(&self, work: W) -> Result<W::Output, W::Error>
     where
         W: Work<Tx>,
     {
-        let mut tx = self.begin_keyed().await?;
-        match work.run(&mut tx).await {
-            Ok(Finish::Commit(output)) => {
-                tx.commit().await?;
-                Ok(output)
-            }
-            Ok(Finish::Rollback(output)) => {
-                tx.rollback().await;
-                Ok(output)
-            }
-            Err(error) => {
-                tx.rollback().await;
-                Err(error)
+        match self {
+            Store::Sqlite(store) => store.transaction(work).await,
+            Store::Postgres(store) => {
+                let mut tx = Tx::Postgres(store.begin().await?);
+                let finish = work.run(&mut tx).await;
+                let Tx::Postgres(tx) = tx else {
+                    unreachable!("a PostgreSQL store lends only PostgreSQL transactions");
+                };
+                match finish {
+                    Ok(Finish::Commit(output)) => {
+                        tx.commit().await.map_err(postgres::classify)?;
+                        Ok(output)
+                    }
+                    Ok(Finish::Rollback(output)) => {
+                        let _ = tx.rollback().await;
+                        Ok(output)
+                    }
+                    Err(error) => {
+                        let _ = tx.rollback().await;
+                        Err(error)
+                    }
+                }
             }
         }
+    }
+}
+
+/// [`Store::write`]'s closure as a unit of work.
+struct Write<F>(F);
+
+impl<T, F> Work<Tx> for Write<F>
+where
+    T: Send + 'static,
+    F: for<'t> FnOnce(&'t mut Tx) -> TxFuture<'t, T> + Send + 'static,
+{
+    type Output = T;
+    type Error = StoreError;
+
+    async fn run(self, tx: &mut Tx) -> Result<Finish<T>, StoreError> {
+        (self.0)(tx).await.map(Finish::Commit)
     }
 }
 
@@ -370,11 +427,22 @@ impl KeyTx for Tx {
     type Error = StoreError;
 
     async fn claim(&mut self, claim: &Claim, expired_before_ms: i64) -> Result<bool, StoreError> {
-        let claimed: Option<String> = on_tx!(self, conn, statement = CLAIM_KEY => sqlx::query_scalar(statement)
-            .bind(&claim.scope).bind(&claim.key).bind(&claim.claim_id)
-            .bind(&claim.request_hash).bind(claim.now_ms).bind(expired_before_ms)
-            .fetch_optional(conn).await)?;
-        Ok(claimed.is_some())
+        let statement = self.spelled(&sqlite::CLAIM_KEY, &postgres::CLAIM_KEY);
+        let claimed = self
+            .fetch_all(
+                statement,
+                &[
+                    Arg::Text(&claim.scope),
+                    Arg::Text(&claim.key),
+                    Arg::Text(&claim.claim_id),
+                    Arg::Text(&claim.request_hash),
+                    Arg::Int(claim.now_ms),
+                    Arg::Int(expired_before_ms),
+                ],
+                |row| row.text("claim_id"),
+            )
+            .await?;
+        Ok(!claimed.is_empty())
     }
 
     async fn stored_key(
@@ -382,8 +450,12 @@ impl KeyTx for Tx {
         scope: &str,
         key: &str,
     ) -> Result<Option<KeyRecord>, StoreError> {
-        let row: Option<KeyRow> = on_tx!(self, conn => sqlx::query_as(sql::STORED_KEY).bind(scope).bind(key).fetch_optional(conn).await)?;
-        Ok(row.map(KeyRecord::from))
+        self.fetch_optional(
+            sql::STORED_KEY,
+            &[Arg::Text(scope), Arg::Text(key)],
+            read_key,
+        )
+        .await
     }
 
     async fn complete(
@@ -391,10 +463,18 @@ impl KeyTx for Tx {
         claim: &Claim,
         response: &StoredResponse,
     ) -> Result<(), StoreError> {
-        let done = on_tx!(self, conn => sqlx::query(sql::COMPLETE_KEY)
-            .bind(&claim.scope).bind(&claim.key).bind(&claim.claim_id)
-            .bind(i64::from(response.status)).bind(&response.body)
-            .execute(conn).await.map(|r| r.rows_affected()))?;
+        let done = self
+            .execute(
+                sql::COMPLETE_KEY,
+                &[
+                    Arg::Text(&claim.scope),
+                    Arg::Text(&claim.key),
+                    Arg::Text(&claim.claim_id),
+                    Arg::Int(i64::from(response.status)),
+                    Arg::Text(&response.body),
+                ],
+            )
+            .await?;
         if done == 1 {
             Ok(())
         } else {
@@ -404,19 +484,51 @@ impl KeyTx for Tx {
 }
 
 impl Tx {
-    pub async fn commit(self) -> Result<(), StoreError> {
+    /// The statement as this transaction's database spells it.
+    fn spelled<'s>(&self, sqlite: &'s str, postgres: &'s str) -> &'s str {
         match self {
-            Tx::Sqlite(tx) => tx.commit().await.map_err(sqlite::classify),
-            Tx::Postgres(tx) => tx.commit().await.map_err(postgres::classify),
+            Tx::Sqlite(_) => sqlite,
+            Tx::Postgres(_) => postgres,
         }
     }
 
-    /// Rolls back now rather than when the connection is next used.
-    pub async fn rollback(self) {
-        let _ = match self {
-            Tx::Sqlite(tx) => tx.rollback().await,
-            Tx::Postgres(tx) => tx.rollback().await,
-        };
+    async fn fetch_all<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        match self {
+            Tx::Sqlite(tx) => tx.fetch_all(sql, args, read),
+            Tx::Postgres(tx) => postgres::fetch_all(&mut **tx, sql, args, read).await,
+        }
+    }
+
+    async fn fetch_optional<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(self.fetch_all(sql, args, read).await?.into_iter().next())
+    }
+
+    async fn fetch_one<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<T, StoreError> {
+        self.fetch_optional(sql, args, read)
+            .await?
+            .ok_or_else(|| StoreError::Other(format!("no row from {sql}").into()))
+    }
+
+    async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        match self {
+            Tx::Sqlite(tx) => tx.execute(sql, args),
+            Tx::Postgres(tx) => postgres::execute(&mut **tx, sql, args).await,
+        }
     }
 
     pub async fn insert_account(
@@ -427,9 +539,18 @@ impl Tx {
         balance: i64,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        on_tx!(self, conn => sqlx::query(sql::INSERT_ACCOUNT)
-            .bind(account_id).bind(token_hash).bind(currency).bind(balance).bind(now_ms)
-            .execute(conn).await.map(|_| ()))
+        self.execute(
+            sql::INSERT_ACCOUNT,
+            &[
+                Arg::Text(account_id),
+                Arg::Text(token_hash),
+                Arg::Text(currency),
+                Arg::Int(balance),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map(|_| ())
     }
 
     /// A payment's guarded debit, its payment row and its ledger entry.
@@ -438,73 +559,108 @@ impl Tx {
         claim: &Claim,
         payment: &NewPayment<'_>,
     ) -> Result<Charged, StoreError> {
-        match self {
-            Tx::Postgres(tx) => {
-                let (balance, inserted): (Option<i64>, i64) = sqlx::query_as(postgres::CHARGE)
-                    .bind(payment.payment_id)
-                    .bind(&claim.scope)
-                    .bind(payment.amount)
-                    .bind(payment.order_id)
-                    .bind(payment.currency)
-                    .bind(&claim.key)
-                    .bind(&claim.claim_id)
-                    .bind(claim.now_ms)
-                    .fetch_one(&mut **tx)
-                    .await
-                    .map_err(postgres::classify)?;
-                Ok(match (balance, inserted) {
-                    (None, _) => Charged::NotDebited,
-                    (Some(_), 0) => Charged::OrderTaken,
-                    (Some(balance), _) => Charged::Debited { balance },
-                })
-            }
-            // SQLite runs one writer at a time, so three statements cost no lock time; it
-            // has no data-modifying CTEs either.
-            Tx::Sqlite(_) => {
-                let debited: Option<i64> = on_tx!(self, conn => sqlx::query_scalar(sql::DEBIT_FOR_ORDER)
-                    .bind(&claim.scope).bind(payment.amount).bind(payment.order_id)
-                    .fetch_optional(conn).await)?;
-                let Some(balance) = debited else {
-                    return Ok(Charged::NotDebited);
-                };
-                let inserted = on_tx!(self, conn => sqlx::query(sql::INSERT_PAYMENT)
-                    .bind(payment.payment_id).bind(&claim.scope).bind(payment.order_id)
-                    .bind(payment.amount).bind(payment.currency).bind(balance)
-                    .bind(&claim.key).bind(claim.now_ms)
-                    .execute(conn).await.map(|r| r.rows_affected()))?;
-                if inserted == 0 {
-                    return Ok(Charged::OrderTaken);
-                }
-                self.insert_ledger(&LedgerEntry {
-                    account_id: &claim.scope,
-                    amount: -payment.amount,
-                    kind: EntryKind::Payment,
-                    claim: Some(claim),
-                    payment_id: Some(payment.payment_id),
-                    refund_id: None,
-                    created_at: claim.now_ms,
-                })
+        if let Tx::Postgres(_) = self {
+            let (balance, inserted) = self
+                .fetch_one(
+                    postgres::CHARGE,
+                    &[
+                        Arg::Text(payment.payment_id),
+                        Arg::Text(&claim.scope),
+                        Arg::Int(payment.amount),
+                        Arg::Text(payment.order_id),
+                        Arg::Text(payment.currency),
+                        Arg::Text(&claim.key),
+                        Arg::Text(&claim.claim_id),
+                        Arg::Int(claim.now_ms),
+                    ],
+                    |row| Ok((row.opt_int("balance")?, row.int("inserted")?)),
+                )
                 .await?;
-                Ok(Charged::Debited { balance })
-            }
+            return Ok(match (balance, inserted) {
+                (None, _) => Charged::NotDebited,
+                (Some(_), 0) => Charged::OrderTaken,
+                (Some(balance), _) => Charged::Debited { balance },
+            });
         }
+        // SQLite runs one writer at a time on its own thread, so three statements cost no lock
+        // time and no round trips; it has no data-modifying CTEs either.
+        let debited = self
+            .fetch_optional(
+                sql::DEBIT_FOR_ORDER,
+                &[
+                    Arg::Text(&claim.scope),
+                    Arg::Int(payment.amount),
+                    Arg::Text(payment.order_id),
+                ],
+                |row| row.int("balance"),
+            )
+            .await?;
+        let Some(balance) = debited else {
+            return Ok(Charged::NotDebited);
+        };
+        let inserted = self
+            .execute(
+                sql::INSERT_PAYMENT,
+                &[
+                    Arg::Text(payment.payment_id),
+                    Arg::Text(&claim.scope),
+                    Arg::Text(payment.order_id),
+                    Arg::Int(payment.amount),
+                    Arg::Text(payment.currency),
+                    Arg::Int(balance),
+                    Arg::Text(&claim.key),
+                    Arg::Int(claim.now_ms),
+                ],
+            )
+            .await?;
+        if inserted == 0 {
+            return Ok(Charged::OrderTaken);
+        }
+        self.insert_ledger(&LedgerEntry {
+            account_id: &claim.scope,
+            amount: -payment.amount,
+            kind: EntryKind::Payment,
+            claim: Some(claim),
+            payment_id: Some(payment.payment_id),
+            refund_id: None,
+            created_at: claim.now_ms,
+        })
+        .await?;
+        Ok(Charged::Debited { balance })
     }
 
     pub async fn credit(&mut self, account_id: &str, amount: i64) -> Result<i64, StoreError> {
-        on_tx!(self, conn => sqlx::query_scalar(sql::CREDIT).bind(account_id).bind(amount).fetch_one(conn).await)
+        self.fetch_one(
+            sql::CREDIT,
+            &[Arg::Text(account_id), Arg::Int(amount)],
+            |row| row.int("balance"),
+        )
+        .await
     }
 
     pub async fn balance(&mut self, account_id: &str) -> Result<i64, StoreError> {
-        let row: AccountRow = on_tx!(self, conn => sqlx::query_as(sql::ACCOUNT).bind(account_id).fetch_one(conn).await)?;
-        Ok(row.balance)
+        self.fetch_one(sql::ACCOUNT, &[Arg::Text(account_id)], |row| {
+            row.int("balance")
+        })
+        .await
     }
 
     pub async fn insert_ledger(&mut self, entry: &LedgerEntry<'_>) -> Result<(), StoreError> {
-        on_tx!(self, conn => sqlx::query(sql::INSERT_LEDGER)
-            .bind(entry.account_id).bind(entry.amount).bind(entry.kind.as_str())
-            .bind(entry.claim.map(|c| c.key.as_str())).bind(entry.claim.map(|c| c.claim_id.as_str()))
-            .bind(entry.payment_id).bind(entry.refund_id).bind(entry.created_at)
-            .execute(conn).await.map(|_| ()))
+        self.execute(
+            sql::INSERT_LEDGER,
+            &[
+                Arg::Text(entry.account_id),
+                Arg::Int(entry.amount),
+                Arg::Text(entry.kind.as_str()),
+                Arg::OptText(entry.claim.map(|c| c.key.as_str())),
+                Arg::OptText(entry.claim.map(|c| c.claim_id.as_str())),
+                Arg::OptText(entry.payment_id),
+                Arg::OptText(entry.refund_id),
+                Arg::Int(entry.created_at),
+            ],
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn paid_order(
@@ -512,7 +668,12 @@ impl Tx {
         account_id: &str,
         order_id: &str,
     ) -> Result<Option<String>, StoreError> {
-        on_tx!(self, conn => sqlx::query_scalar(sql::PAID_ORDER).bind(account_id).bind(order_id).fetch_optional(conn).await)
+        self.fetch_optional(
+            sql::PAID_ORDER,
+            &[Arg::Text(account_id), Arg::Text(order_id)],
+            |row| row.text("payment_id"),
+        )
+        .await
     }
 
     pub async fn payment(
@@ -520,7 +681,12 @@ impl Tx {
         account_id: &str,
         payment_id: &str,
     ) -> Result<Option<PaymentRow>, StoreError> {
-        on_tx!(self, conn => sqlx::query_as(sql::PAYMENT).bind(payment_id).bind(account_id).fetch_optional(conn).await)
+        self.fetch_optional(
+            sql::PAYMENT,
+            &[Arg::Text(payment_id), Arg::Text(account_id)],
+            PaymentRow::read,
+        )
+        .await
     }
 
     /// The payment's new refunded total, or `None` when `amount` exceeds what remains (or the
@@ -531,7 +697,16 @@ impl Tx {
         payment_id: &str,
         amount: i64,
     ) -> Result<Option<i64>, StoreError> {
-        on_tx!(self, conn => sqlx::query_scalar(sql::ADD_REFUNDED).bind(payment_id).bind(account_id).bind(amount).fetch_optional(conn).await)
+        self.fetch_optional(
+            sql::ADD_REFUNDED,
+            &[
+                Arg::Text(payment_id),
+                Arg::Text(account_id),
+                Arg::Int(amount),
+            ],
+            |row| row.int("refunded"),
+        )
+        .await
     }
 
     pub async fn insert_refund(
@@ -539,10 +714,19 @@ impl Tx {
         claim: &Claim,
         refund: &NewRefund<'_>,
     ) -> Result<(), StoreError> {
-        on_tx!(self, conn => sqlx::query(sql::INSERT_REFUND)
-            .bind(refund.refund_id).bind(refund.payment_id).bind(refund.amount)
-            .bind(refund.refunded_total_after).bind(refund.balance_after)
-            .bind(&claim.key).bind(claim.now_ms)
-            .execute(conn).await.map(|_| ()))
+        self.execute(
+            sql::INSERT_REFUND,
+            &[
+                Arg::Text(refund.refund_id),
+                Arg::Text(refund.payment_id),
+                Arg::Int(refund.amount),
+                Arg::Int(refund.refunded_total_after),
+                Arg::Int(refund.balance_after),
+                Arg::Text(&claim.key),
+                Arg::Int(claim.now_ms),
+            ],
+        )
+        .await
+        .map(|_| ())
     }
 }

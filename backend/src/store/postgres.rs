@@ -6,10 +6,12 @@
 
 use std::{borrow::Cow, sync::LazyLock, time::Duration};
 
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
+use sqlx::query::Query;
+use sqlx::{PgExecutor, PgPool, Postgres, Row as _, Transaction};
 
-use super::{StoreError, sql};
+use super::row::{Arg, ReadRow, Row, RowError};
+use super::{ConnectError, StoreError, sql};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -46,7 +48,7 @@ pub const CHARGE: &str = "\
                             refund_id, created_at) \
         SELECT $2, -$3, 'payment', $6, $7, payment_id, NULL, $8 FROM payment \
     ) \
-    SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment)";
+    SELECT (SELECT balance FROM debit) AS balance, (SELECT COUNT(*) FROM payment) AS inserted";
 
 #[derive(Clone, Debug)]
 pub struct PgStore {
@@ -59,7 +61,7 @@ pub async fn connect(
     url: &str,
     pool_size: u32,
     lock_timeout: Duration,
-) -> Result<PgStore, sqlx::Error> {
+) -> Result<PgStore, ConnectError> {
     let pool = PgPoolOptions::new()
         .max_connections(pool_size)
         .acquire_timeout(Duration::from_secs(5))
@@ -77,29 +79,83 @@ pub async fn connect(
 }
 
 impl PgStore {
-    pub async fn begin_keyed(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin_with(self.begin_keyed.clone()).await
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool
+            .begin_with(self.begin_keyed.clone())
+            .await
+            .map_err(classify)
+    }
+}
+
+// -- statements --------------------------------------------------------------------------------
+
+fn bind<'q>(
+    mut query: Query<'q, Postgres, PgArguments>,
+    args: &[Arg<'q>],
+) -> Query<'q, Postgres, PgArguments> {
+    for arg in args {
+        query = match *arg {
+            Arg::Int(n) => query.bind(n),
+            Arg::Text(s) => query.bind(s),
+            Arg::OptText(s) => query.bind(s),
+        };
+    }
+    query
+}
+
+pub async fn fetch_all<'c, T>(
+    conn: impl PgExecutor<'c>,
+    sql: &str,
+    args: &[Arg<'_>],
+    read: ReadRow<T>,
+) -> Result<Vec<T>, StoreError> {
+    let rows = bind(sqlx::query(sql), args)
+        .fetch_all(conn)
+        .await
+        .map_err(classify)?;
+    rows.iter()
+        .map(|row| read(row).map_err(StoreError::Other))
+        .collect()
+}
+
+pub async fn execute<'c>(
+    conn: impl PgExecutor<'c>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    bind(sqlx::query(sql), args)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(classify)
+}
+
+impl Row for PgRow {
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        Ok(self.try_get(column)?)
     }
 
-    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin().await
+    fn opt_text(&self, column: &str) -> Result<Option<String>, RowError> {
+        Ok(self.try_get(column)?)
     }
 }
 
 pub fn classify(error: sqlx::Error) -> StoreError {
-    match &error {
+    let kind = match &error {
         sqlx::Error::Database(db) => match db.code().as_deref() {
-            Some("55P03") => StoreError::Busy(error), // lock_not_available: lock_timeout hit
-            Some("40001" | "40P01") => StoreError::Retry(error), // serialization, deadlock
+            Some("55P03") => StoreError::Busy, // lock_not_available: lock_timeout hit
+            Some("40001" | "40P01") => StoreError::Retry, // serialization, deadlock
+            // connection lost, server shutting down
             Some(code) if code.starts_with("08") || code.starts_with("57P") => {
-                StoreError::Unavailable(error) // connection lost, server shutting down
+                StoreError::Unavailable
             }
-            _ => StoreError::Other(error),
+            _ => StoreError::Other,
         },
-        sqlx::Error::PoolTimedOut => StoreError::Busy(error),
+        sqlx::Error::PoolTimedOut => StoreError::Busy,
         sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
-            StoreError::Unavailable(error)
+            StoreError::Unavailable
         }
-        _ => StoreError::Other(error),
-    }
+        _ => StoreError::Other,
+    };
+    kind(error.into())
 }

@@ -96,4 +96,4 @@ pub const PAYMENT_WITH_REFUNDS: &str = "\
      WHERE p.payment_id = $1 AND p.account_id = $2 \
      ORDER BY r.refunded_total_after";
 
-pub const PING: &str = "SELECT 1";
+pub const PING: &str = "SELECT CAST(1 AS BIGINT) AS one";

@@ -1,79 +1,401 @@
-//! SQLite, the embedded default: one file, WAL, and a single writer connection.
+//! SQLite, the embedded default: one file, held by one server process, in WAL mode.
 //!
-//! SQLite lets one writer in at a time whatever we do; holding that as one pooled connection
-//! makes writers queue fairly in the pool (bounded by its acquire timeout) instead of spinning
-//! in SQLite's busy handler. Readers use their own connections and never wait for the writer.
-//! A duplicate of an in-flight request therefore waits its turn and then replays.
+//! SQLite lets one writer in at a time, so there is exactly one: a thread that owns the write
+//! connection and runs each write transaction's whole unit of work there, with no hop between
+//! threads per statement. Work that queues up meanwhile joins the same transaction, each unit in
+//! a savepoint of its own (its failure rolls back only itself), and one `COMMIT` makes the whole
+//! batch durable (group commit). Only then is any unit of the batch answered, so no answer ever
+//! leaves before the commit that holds it; a crash loses only unanswered work. A batch never
+//! waits to fill: it is whatever is queued, up to a bound.
+//!
+//! Readers have connections of their own and never wait for the writer.
 
-use std::{str::FromStr, sync::LazyLock, time::Duration};
+use std::fs::File;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use checkout_idempotency::{Finish, Work};
+use rusqlite::{Connection, OpenFlags, Statement};
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
 
-use super::{StoreError, sql};
+use super::row::{Arg, OwnedArg, ReadRow, Row, RowError};
+use super::{ConnectError, StoreError, Tx, sql};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// How long a write waits for the single writer connection before the server answers `503`.
-const WRITER_WAIT: Duration = Duration::from_secs(10);
-const READERS: u32 = 4;
+/// How long a write may wait in the writer's queue before it is refused (`503`) unrun.
+const QUEUE_WAIT: Duration = Duration::from_secs(10);
+/// Idle reader connections kept open.
+const READERS: usize = 4;
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 64;
 
-pub static CLAIM_KEY: LazyLock<String> =
-    LazyLock::new(|| format!("{} RETURNING claim_id", sql::CLAIM_KEY));
+pub static CLAIM_KEY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{} RETURNING claim_id", sql::CLAIM_KEY));
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pub writer: SqlitePool,
-    pub reader: SqlitePool,
+    writer: Sender<Box<dyn Job>>,
+    readers: Arc<Readers>,
+    pub stats: Arc<WriterStats>,
+    /// Held for the life of the process: no second server may open the file.
+    _lock: Arc<File>,
 }
 
-pub async fn connect(url: &str) -> Result<SqliteStore, sqlx::Error> {
+/// What the writer is doing and has done.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Units waiting in the queue now.
+    pub queued: AtomicU64,
+    /// Batches committed (or failed to), and the units they held.
+    pub batches: AtomicU64,
+    pub units: AtomicU64,
+    pub largest_batch: AtomicU64,
+}
+
+/// The writer's connection, lent to one unit of work at a time.
+pub struct SqliteTx {
+    conn: Connection,
+}
+
+pub async fn connect(url: &str, max_batch: usize) -> Result<SqliteStore, ConnectError> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         // FULL: a COMMIT the server acknowledged survives even a power cut, not only a crash.
         .synchronous(SqliteSynchronous::Full)
-        .foreign_keys(true)
-        .busy_timeout(WRITER_WAIT);
-    let writer = SqlitePoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(WRITER_WAIT)
-        .connect_with(options.clone())
-        .await?;
-    MIGRATOR.run(&writer).await?;
-    let reader = SqlitePoolOptions::new()
-        .max_connections(READERS)
-        .acquire_timeout(WRITER_WAIT)
-        .connect_with(options.read_only(true))
-        .await?;
-    Ok(SqliteStore { writer, reader })
+        .foreign_keys(true);
+    let file = options.get_filename().to_path_buf();
+    if file.as_os_str().is_empty() || file == Path::new(":memory:") {
+        return Err(ConnectError::Config(
+            "SQLite needs a file (sqlite://checkout.db): an in-memory database cannot be shared by the writer and the readers".into(),
+        ));
+    }
+    let lock = hold_exclusively(&file)?;
+    // The schema, through sqlx's migrator; the connection is closed again right after.
+    let mut migrating = options.connect().await?;
+    MIGRATOR.run(&mut migrating).await?;
+    sqlx::Connection::close(migrating).await?;
+
+    let conn = open(&file, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    let (writer, jobs) = mpsc::channel();
+    let stats = Arc::new(WriterStats::default());
+    let runtime = Handle::current();
+    let thread_stats = stats.clone();
+    std::thread::Builder::new()
+        .name("sqlite-writer".into())
+        .spawn(move || write_batches(conn, &jobs, &runtime, max_batch.max(1), &thread_stats))
+        .map_err(|e| ConnectError::Config(format!("cannot start the SQLite writer: {e}")))?;
+    Ok(SqliteStore {
+        writer,
+        readers: Arc::new(Readers {
+            file,
+            idle: Mutex::new(Vec::new()),
+        }),
+        stats,
+        _lock: Arc::new(lock),
+    })
 }
 
-impl SqliteStore {
-    /// `IMMEDIATE` takes the write lock up front, so a transaction that reads before it writes
-    /// can never fail to upgrade its lock halfway.
-    pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await
+/// Takes an exclusive lock on `<file>.lock` for the life of this process. (A lock file beside
+/// the database rather than the database itself: closing any descriptor of the database would
+/// drop SQLite's own locks.)
+fn hold_exclusively(file: &Path) -> Result<File, ConnectError> {
+    let mut lock_path = file.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| ConnectError::Config(format!("cannot open {}: {e}", lock_path.display())))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ConnectError::InUse {
+            file: std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(ConnectError::Config(format!(
+            "cannot lock {}: {e}",
+            lock_path.display()
+        ))),
     }
 }
 
-pub fn classify(error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) => {
-            // Extended result codes keep the primary code in the low byte.
-            let primary = db
-                .code()
-                .and_then(|c| c.parse::<i32>().ok())
-                .map(|c| c & 0xff);
-            match primary {
-                Some(5 | 6) => StoreError::Busy(error), // SQLITE_BUSY, SQLITE_LOCKED
-                _ => StoreError::Other(error),
+fn open(file: &Path, flags: OpenFlags) -> Result<Connection, rusqlite::Error> {
+    let conn = Connection::open_with_flags(file, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Queues `work` for the writer and waits for its answer, which comes after the commit of
+    /// the batch that ran it.
+    pub async fn transaction<W: Work<Tx>>(&self, work: W) -> Result<W::Output, W::Error> {
+        let (reply, answer) = oneshot::channel();
+        let job = Box::new(Unit {
+            work: Some(work),
+            result: None,
+            reply,
+            queued_until: Instant::now() + QUEUE_WAIT,
+        });
+        self.stats.queued.fetch_add(1, Ordering::SeqCst);
+        if self.writer.send(job).is_err() {
+            return Err(StoreError::Unavailable("the SQLite writer has stopped".into()).into());
+        }
+        match answer.await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable("the SQLite writer has stopped".into()).into()),
+        }
+    }
+
+    /// A read on one of the readers' own connections, off the async threads.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        sql: &'static str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        let args: Vec<OwnedArg> = args.iter().map(|a| OwnedArg::from(*a)).collect();
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<Arg<'_>> = args.iter().map(OwnedArg::borrow).collect();
+            readers.with(|conn| fetch_all(conn, sql, &args, read))
+        })
+        .await
+        .map_err(|e| StoreError::Other(e.into()))?
+    }
+}
+
+/// Read-only connections, opened on demand and kept for reuse.
+#[derive(Debug)]
+struct Readers {
+    file: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open(&self.file, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(classify)?,
+        };
+        let result = f(&conn);
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < READERS {
+            idle.push(conn);
+        }
+        result
+    }
+}
+
+/// One queued write, type-erased for the writer's queue.
+trait Job: Send {
+    /// Its caller gave up waiting, or it waited too long: it will not be run.
+    fn abandoned(&self) -> bool;
+    /// Runs it inside its savepoint; `true` keeps what it wrote.
+    fn run(&mut self, tx: &mut Tx, runtime: &Handle) -> bool;
+    /// Answers it once its batch committed (or failed to).
+    fn answer(self: Box<Self>, committed: Result<(), &StoreError>);
+}
+
+struct Unit<W: Work<Tx>> {
+    work: Option<W>,
+    result: Option<Result<Finish<W::Output>, W::Error>>,
+    reply: oneshot::Sender<Result<W::Output, W::Error>>,
+    queued_until: Instant,
+}
+
+impl<W: Work<Tx>> Job for Unit<W> {
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed() || Instant::now() > self.queued_until
+    }
+
+    fn run(&mut self, tx: &mut Tx, runtime: &Handle) -> bool {
+        let Some(work) = self.work.take() else {
+            return false;
+        };
+        // A panic in one unit must not take the writer (and every later write) down with it.
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| runtime.block_on(work.run(tx))))
+            .unwrap_or_else(|_| {
+                Err(StoreError::Other("a unit of work panicked; it was rolled back".into()).into())
+            });
+        let keep = matches!(result, Ok(Finish::Commit(_)));
+        self.result = Some(result);
+        keep
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), &StoreError>) {
+        let answer = match (self.result, committed) {
+            (None, _) => Err(StoreError::Busy(
+                "the write waited too long for the SQLite writer".into(),
+            )
+            .into()),
+            // Even a unit that rolled itself back may have read what an earlier unit of the
+            // batch wrote: no answer survives a failed commit.
+            (Some(_), Err(error)) => Err(StoreError::Unavailable(error.to_string().into()).into()),
+            (Some(Ok(Finish::Commit(output) | Finish::Rollback(output))), Ok(())) => Ok(output),
+            (Some(Err(error)), Ok(())) => Err(error),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// The writer thread: batch after batch until the store is dropped.
+fn write_batches(
+    mut conn: Connection,
+    jobs: &Receiver<Box<dyn Job>>,
+    runtime: &Handle,
+    max_batch: usize,
+    stats: &WriterStats,
+) {
+    while let Ok(first) = jobs.recv() {
+        if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+            stats.queued.fetch_sub(1, Ordering::SeqCst);
+            first.answer(Err(&classify(error)));
+            continue;
+        }
+        let mut tx = Tx::Sqlite(SqliteTx { conn });
+        let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch);
+        let mut next = Some(first);
+        while let Some(mut job) = next.take() {
+            stats.queued.fetch_sub(1, Ordering::SeqCst);
+            if job.abandoned() {
+                job.answer(Ok(()));
+            } else {
+                run_in_savepoint(&mut tx, job.as_mut(), runtime);
+                batch.push(job);
+            }
+            if batch.len() < max_batch {
+                next = jobs.try_recv().ok();
             }
         }
-        sqlx::Error::PoolTimedOut => StoreError::Busy(error),
-        sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
-            StoreError::Unavailable(error)
+        let Tx::Sqlite(SqliteTx { conn: batch_conn }) = tx else {
+            unreachable!("the writer only ever lends its SQLite connection");
+        };
+        conn = batch_conn;
+        let committed = conn.execute_batch("COMMIT").map_err(classify);
+        if committed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
         }
-        _ => StoreError::Other(error),
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats.units.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        stats
+            .largest_batch
+            .fetch_max(batch.len() as u64, Ordering::SeqCst);
+        for job in batch {
+            job.answer(committed.as_ref().map(|_| ()));
+        }
+    }
+}
+
+fn run_in_savepoint(tx: &mut Tx, job: &mut dyn Job, runtime: &Handle) {
+    let Tx::Sqlite(SqliteTx { conn }) = tx else {
+        return;
+    };
+    if conn.execute_batch("SAVEPOINT unit").is_err() {
+        return;
+    }
+    let keep = job.run(tx, runtime);
+    let Tx::Sqlite(SqliteTx { conn }) = tx else {
+        return;
+    };
+    let end = if keep {
+        "RELEASE unit"
+    } else {
+        "ROLLBACK TO unit; RELEASE unit"
+    };
+    if conn.execute_batch(end).is_err() {
+        // The batch cannot be trusted any more: fail its commit rather than keep half a unit.
+        let _ = conn.execute_batch("ROLLBACK TO unit; RELEASE unit");
+    }
+}
+
+// -- statements --------------------------------------------------------------------------------
+
+impl SqliteTx {
+    pub fn fetch_all<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        fetch_all(&self.conn, sql, args, read)
+    }
+
+    pub fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        let mut statement = self.conn.prepare_cached(sql).map_err(classify)?;
+        bind(&mut statement, args).map_err(classify)?;
+        statement.raw_execute().map(|n| n as u64).map_err(classify)
+    }
+}
+
+fn fetch_all<T>(
+    conn: &Connection,
+    sql: &str,
+    args: &[Arg<'_>],
+    read: ReadRow<T>,
+) -> Result<Vec<T>, StoreError> {
+    let mut statement = conn.prepare_cached(sql).map_err(classify)?;
+    bind(&mut statement, args).map_err(classify)?;
+    let mut rows = statement.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(classify)? {
+        out.push(read(row).map_err(StoreError::Other)?);
+    }
+    Ok(out)
+}
+
+/// `$1, $2, …` are named parameters to SQLite; bind each by its name.
+fn bind(statement: &mut Statement<'_>, args: &[Arg<'_>]) -> rusqlite::Result<()> {
+    const NAMES: [&str; 12] = [
+        "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12",
+    ];
+    for (arg, name) in args.iter().zip(NAMES) {
+        let Some(index) = statement.parameter_index(name)? else {
+            continue;
+        };
+        match *arg {
+            Arg::Int(n) => statement.raw_bind_parameter(index, n)?,
+            Arg::Text(s) => statement.raw_bind_parameter(index, s)?,
+            Arg::OptText(s) => statement.raw_bind_parameter(index, s)?,
+        }
+    }
+    Ok(())
+}
+
+impl Row for rusqlite::Row<'_> {
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        Ok(self.get(column)?)
+    }
+
+    fn opt_text(&self, column: &str) -> Result<Option<String>, RowError> {
+        Ok(self.get(column)?)
+    }
+}
+
+pub fn classify(error: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+    match &error {
+        rusqlite::Error::SqliteFailure(failure, _)
+            if matches!(failure.code, DatabaseBusy | DatabaseLocked) =>
+        {
+            StoreError::Busy(error.into())
+        }
+        _ => StoreError::Other(error.into()),
     }
 }
