@@ -334,7 +334,8 @@ impl Protocol {
                 claim: Claim {
                     scope: request.scope.to_owned(),
                     key: request.key.to_owned(),
-                    claim_id: uuid::Uuid::new_v4().simple().to_string(),
+                    // Time-ordered: claims made together share index pages.
+                    claim_id: uuid::Uuid::now_v7().simple().to_string(),
                     request_hash: request.fingerprint.as_str().to_owned(),
                     now_ms,
                 },
