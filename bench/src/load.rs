@@ -128,20 +128,23 @@ pub fn wrk(base: &str, requests: &Requests, clients: usize, seconds: u64, dir: &
     }
 }
 
-/// pgbench running the server's payment transaction, statement for statement, with fresh keys.
+/// pgbench running `transaction` (the server's statements, see below) with fresh keys, with the
+/// server's session settings.
 pub fn pgbench(
     port: u16,
     database: &str,
+    transaction: &str,
     accounts: usize,
     clients: usize,
     seconds: u64,
     dir: &Path,
 ) -> Run {
-    let script = dir.join("payment.sql");
-    std::fs::write(&script, PAYMENT_TRANSACTION).unwrap();
+    let script = dir.join("transaction.sql");
+    std::fs::write(&script, transaction).unwrap();
     let logs = dir.join(format!("pgbench-{clients}"));
     std::fs::create_dir_all(&logs).unwrap();
     let out = Command::new("/usr/lib/postgresql/15/bin/pgbench")
+        .env("PGOPTIONS", "-c lock_timeout=500ms")
         .args(["-n", "-M", "prepared", "-f"])
         .arg(&script)
         .args([
@@ -215,15 +218,34 @@ pub fn pgbench(
 }
 
 /// The server's keyed payment on PostgreSQL, as its statements reach the database (see
-/// backend/src/store/): begin with the claim's lock timeout, claim, the guarded debit with its
-/// payment row and ledger row (one statement), stored response, commit. pgbench sends BEGIN and SET separately
-/// where the server sends them as one simple query: one round trip more for the limit.
+/// backend/src/store/): `BEGIN`, the claim, the guarded debit with its payment row and ledger row
+/// (one statement), the stored answer, `COMMIT`: 5 statements. The claim's lock timeout is the
+/// session's (`PGOPTIONS`), as the server sets it once per connection.
 pub const PAYMENT_TRANSACTION: &str = r#"\set n random(1, 1000000000000)
 \set a random(1, :accounts)
 BEGIN;
-SET LOCAL lock_timeout = '500ms';
 INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, status, created_at) VALUES ('bench-' || :a, 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, '5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b', 'in_progress', 1764000000000) ON CONFLICT (account_id, idempotency_key) DO UPDATE SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, status = 'in_progress', response_status = NULL, response_body = NULL, created_at = excluded.created_at WHERE idempotency_keys.created_at < 1763900000000 RETURNING claim_id, set_config('lock_timeout', '5s', true);
 WITH debit AS (UPDATE accounts SET balance = balance - 1 WHERE account_id = 'bench-' || :a AND balance >= 1 AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = 'bench-' || :a AND order_id = 'o-' || :client_id || '-' || :n) RETURNING balance), payment AS (INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) SELECT 'pay-' || :client_id || '-' || :n, 'bench-' || :a, 'o-' || :client_id || '-' || :n, 1, 'RUB', balance, 'k-' || :client_id || '-' || :n, 1764000000000 FROM debit ON CONFLICT (account_id, order_id) DO NOTHING RETURNING payment_id), entry AS (INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) SELECT 'bench-' || :a, -1, 'payment', 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, payment_id, NULL, 1764000000000 FROM payment) SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment);
+UPDATE idempotency_keys SET status = 'done', response_status = 201, response_body = '{"payment_id":"pay_9205d15e13e544e480ae12c72f73a5b5","order_id":"o-1-123456789","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}' WHERE account_id = 'bench-' || :a AND idempotency_key = 'k-' || :client_id || '-' || :n AND claim_id = 'c-' || :client_id || '-' || :n;
+COMMIT;
+"#;
+
+/// The same payment without any key: `BEGIN`, the one-statement charge, `COMMIT`: 3 statements,
+/// as `POST /api/bench/unkeyed-payments` sends them.
+pub const UNKEYED_TRANSACTION: &str = r#"\set n random(1, 1000000000000)
+\set a random(1, :accounts)
+BEGIN;
+WITH debit AS (UPDATE accounts SET balance = balance - 1 WHERE account_id = 'bench-' || :a AND balance >= 1 AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = 'bench-' || :a AND order_id = 'o-' || :client_id || '-' || :n) RETURNING balance), payment AS (INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) SELECT 'pay-' || :client_id || '-' || :n, 'bench-' || :a, 'o-' || :client_id || '-' || :n, 1, 'RUB', balance, 'unkeyed', 1764000000000 FROM debit ON CONFLICT (account_id, order_id) DO NOTHING RETURNING payment_id), entry AS (INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) SELECT 'bench-' || :a, -1, 'payment', 'unkeyed', 'c-' || :client_id || '-' || :n, payment_id, NULL, 1764000000000 FROM payment) SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment);
+COMMIT;
+"#;
+
+/// A composed variant, measured at the database only: the claim and the charge as one statement
+/// (the charge guarded on the claim having taken), 4 statements in all. Not what the server
+/// sends; see BENCHMARKS.md for why.
+pub const COMPOSED_TRANSACTION: &str = r#"\set n random(1, 1000000000000)
+\set a random(1, :accounts)
+BEGIN;
+WITH claim AS (INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, status, created_at) VALUES ('bench-' || :a, 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, '5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b', 'in_progress', 1764000000000) ON CONFLICT (account_id, idempotency_key) DO UPDATE SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, status = 'in_progress', response_status = NULL, response_body = NULL, created_at = excluded.created_at WHERE idempotency_keys.created_at < 1763900000000 RETURNING claim_id, set_config('lock_timeout', '5s', true) AS lifted), debit AS (UPDATE accounts SET balance = balance - 1 WHERE EXISTS (SELECT 1 FROM claim) AND account_id = 'bench-' || :a AND balance >= 1 AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = 'bench-' || :a AND order_id = 'o-' || :client_id || '-' || :n) RETURNING balance), payment AS (INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) SELECT 'pay-' || :client_id || '-' || :n, 'bench-' || :a, 'o-' || :client_id || '-' || :n, 1, 'RUB', balance, 'k-' || :client_id || '-' || :n, 1764000000000 FROM debit ON CONFLICT (account_id, order_id) DO NOTHING RETURNING payment_id), entry AS (INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) SELECT 'bench-' || :a, -1, 'payment', 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, payment_id, NULL, 1764000000000 FROM payment) SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment);
 UPDATE idempotency_keys SET status = 'done', response_status = 201, response_body = '{"payment_id":"pay_9205d15e13e544e480ae12c72f73a5b5","order_id":"o-1-123456789","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}' WHERE account_id = 'bench-' || :a AND idempotency_key = 'k-' || :client_id || '-' || :n AND claim_id = 'c-' || :client_id || '-' || :n;
 COMMIT;
 "#;

@@ -3,6 +3,7 @@
 
 mod load;
 mod report;
+mod sqlite_loop;
 
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use load::{Requests, Run};
 use reqwest::StatusCode;
 
 #[derive(Parser)]
-#[command(about = "Benchmarks the checkout against pgbench running the same transaction")]
+#[command(about = "Benchmarks the checkout against its databases' own limits, side by side")]
 struct Args {
     /// Seconds per measured run.
     #[arg(long, default_value_t = 5)]
@@ -32,13 +33,58 @@ struct Args {
     /// RUST_LOG of the servers under load.
     #[arg(long, default_value = "info,sqlx=warn")]
     server_log: String,
+    /// A `checkout-server-bench` built from the code before the SQLite writer (scripts/bench
+    /// builds it), measured beside the new one on SQLite.
+    #[arg(long)]
+    old_server: Option<String>,
+    /// The commit that old server was built from, for the report.
+    #[arg(long, default_value = "")]
+    old_commit: String,
 }
 
 /// Accounts the "many accounts" workloads spread over.
 const ACCOUNTS: usize = 64;
 
+/// What was measured; the report computes its ratios from these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    PgbenchKeyed,
+    PgbenchUnkeyed,
+    PgbenchComposed,
+    Keyed,
+    Unkeyed,
+    Replays,
+    HotAccount,
+    SqliteLoop,
+    SqliteGroupCommit,
+    SqliteCommitPerRequest,
+    SqliteOldPath,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::PgbenchKeyed => {
+                "PostgreSQL: pgbench, the server's keyed transaction (the limit)"
+            }
+            Workload::PgbenchUnkeyed => "PostgreSQL: pgbench, the un-keyed transaction",
+            Workload::PgbenchComposed => "PostgreSQL: pgbench, keyed, claim and charge composed",
+            Workload::Keyed => "PostgreSQL: service, keyed",
+            Workload::Unkeyed => "PostgreSQL: service, un-keyed",
+            Workload::Replays => "PostgreSQL: service, replays",
+            Workload::HotAccount => "PostgreSQL: service, keyed, one hot account",
+            Workload::SqliteLoop => {
+                "SQLite: the same transaction in a loop, a commit each (the limit)"
+            }
+            Workload::SqliteGroupCommit => "SQLite: service, keyed, group commit",
+            Workload::SqliteCommitPerRequest => "SQLite: service, keyed, a commit per request",
+            Workload::SqliteOldPath => "SQLite: service, keyed, the old path (pooled sqlx writer)",
+        }
+    }
+}
+
 pub struct Series {
-    pub name: &'static str,
+    pub workload: Workload,
     pub runs: Vec<(usize, Run)>,
 }
 
@@ -54,99 +100,143 @@ async fn main() {
     let cluster = checkout_testkit::postgres::durable_cluster();
     eprintln!("PostgreSQL cluster on port {}", cluster.port);
 
-    let pg_db = TestDb::on(cluster).await;
+    // pgbench gets as many connections as the server's pool at most: the same statements at the
+    // same concurrency in the database (more backends than that only fight over the cores).
+    let pool: usize = args
+        .pool
+        .as_deref()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get()));
     let mut env = vec![("RUST_LOG", args.server_log.as_str())];
     if let Some(pool) = &args.pool {
         env.push(("CHECKOUT_DB_POOL_SIZE", pool.as_str()));
     }
+    let pg_db = TestDb::on(cluster).await;
     let pg = Server::start_with(&server_bin, &pg_db, &env).await;
-    let sqlite_db = TestDb::new(Backend::Sqlite).await;
-    let sqlite = Server::start_with(&server_bin, &sqlite_db, &env).await;
     let pg_tokens = shoppers(&pg, &pg_db, ACCOUNTS).await;
-    let sqlite_tokens = shoppers(&sqlite, &sqlite_db, ACCOUNTS).await;
-    let hot = &pg_tokens[..1];
     let limit_db = limit_database(cluster).await;
-
     // Keys executed once, to be replayed.
     let executed = execute_keys(&pg.api(), &pg_tokens, 2_000).await;
 
-    let mut series: Vec<Series> = [
-        "pgbench (the limit)",
-        "service, keyed",
-        "service, un-keyed",
-        "service, replays",
-        "service, keyed, one hot account",
-        "service, keyed, SQLite",
-    ]
-    .into_iter()
-    .map(|name| Series {
-        name,
-        runs: Vec::new(),
-    })
-    .collect();
+    let sqlite_server = |binary: String, env: Vec<(&'static str, String)>| async move {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let server = Server::start_with(&binary, &db, &env).await;
+        let tokens = shoppers(&server, &db, ACCOUNTS).await;
+        (db, server, tokens)
+    };
+    let log = ("RUST_LOG", args.server_log.clone());
+    let group = sqlite_server(server_bin.clone(), vec![log.clone()]).await;
+    let single = sqlite_server(
+        server_bin.clone(),
+        vec![log.clone(), ("CHECKOUT_SQLITE_BATCH", "1".into())],
+    )
+    .await;
+    let old = match &args.old_server {
+        Some(binary) => Some(sqlite_server(binary.clone(), vec![log.clone()]).await),
+        None => None,
+    };
+
+    let mut workloads = vec![
+        Workload::PgbenchKeyed,
+        Workload::PgbenchUnkeyed,
+        Workload::PgbenchComposed,
+        Workload::Keyed,
+        Workload::Unkeyed,
+        Workload::Replays,
+        Workload::HotAccount,
+        Workload::SqliteLoop,
+        Workload::SqliteGroupCommit,
+        Workload::SqliteCommitPerRequest,
+    ];
+    if old.is_some() {
+        workloads.push(Workload::SqliteOldPath);
+    }
+    let mut series: Vec<Series> = workloads
+        .into_iter()
+        .map(|workload| Series {
+            workload,
+            runs: Vec::new(),
+        })
+        .collect();
+    let fresh = |tokens| Requests::Fresh {
+        path: "/api/payments",
+        tokens,
+        keyed: true,
+    };
     for &clients in &args.levels {
-        let s = args.seconds;
-        let d = dir.path();
-        let runs = [
-            load::pgbench(cluster.port, &limit_db, ACCOUNTS, clients, s, d),
-            load::wrk(
-                &pg.base,
-                &Requests::Fresh {
-                    path: "/api/payments",
-                    tokens: &pg_tokens,
-                    keyed: true,
-                },
-                clients,
-                s,
-                d,
-            ),
-            load::wrk(
-                &pg.base,
-                &Requests::Fresh {
-                    path: "/api/bench/unkeyed-payments",
-                    tokens: &pg_tokens,
-                    keyed: false,
-                },
-                clients,
-                s,
-                d,
-            ),
-            load::wrk(
-                &pg.base,
-                &Requests::Replays {
-                    tokens_keys_orders: &executed,
-                },
-                clients,
-                s,
-                d,
-            ),
-            load::wrk(
-                &pg.base,
-                &Requests::Fresh {
-                    path: "/api/payments",
-                    tokens: hot,
-                    keyed: true,
-                },
-                clients,
-                s,
-                d,
-            ),
-            load::wrk(
-                &sqlite.base,
-                &Requests::Fresh {
-                    path: "/api/payments",
-                    tokens: &sqlite_tokens,
-                    keyed: true,
-                },
-                clients,
-                s,
-                d,
-            ),
-        ];
-        for (series, run) in series.iter_mut().zip(runs) {
+        let (s, d) = (args.seconds, dir.path());
+        for series in &mut series {
+            let run = match series.workload {
+                Workload::PgbenchKeyed => load::pgbench(
+                    cluster.port,
+                    &limit_db,
+                    load::PAYMENT_TRANSACTION,
+                    ACCOUNTS,
+                    clients.min(pool),
+                    s,
+                    d,
+                ),
+                Workload::PgbenchUnkeyed => load::pgbench(
+                    cluster.port,
+                    &limit_db,
+                    load::UNKEYED_TRANSACTION,
+                    ACCOUNTS,
+                    clients.min(pool),
+                    s,
+                    d,
+                ),
+                Workload::PgbenchComposed => load::pgbench(
+                    cluster.port,
+                    &limit_db,
+                    load::COMPOSED_TRANSACTION,
+                    ACCOUNTS,
+                    clients.min(pool),
+                    s,
+                    d,
+                ),
+                Workload::Keyed => load::wrk(&pg.base, &fresh(&pg_tokens), clients, s, d),
+                Workload::Unkeyed => load::wrk(
+                    &pg.base,
+                    &Requests::Fresh {
+                        path: "/api/bench/unkeyed-payments",
+                        tokens: &pg_tokens,
+                        keyed: false,
+                    },
+                    clients,
+                    s,
+                    d,
+                ),
+                Workload::Replays => load::wrk(
+                    &pg.base,
+                    &Requests::Replays {
+                        tokens_keys_orders: &executed,
+                    },
+                    clients,
+                    s,
+                    d,
+                ),
+                Workload::HotAccount => load::wrk(&pg.base, &fresh(&pg_tokens[..1]), clients, s, d),
+                Workload::SqliteLoop => {
+                    let d = d.to_owned();
+                    tokio::task::spawn_blocking(move || sqlite_loop::run(&d, ACCOUNTS, s))
+                        .await
+                        .unwrap()
+                }
+                Workload::SqliteGroupCommit => {
+                    load::wrk(&group.1.base, &fresh(&group.2), clients, s, d)
+                }
+                Workload::SqliteCommitPerRequest => {
+                    load::wrk(&single.1.base, &fresh(&single.2), clients, s, d)
+                }
+                Workload::SqliteOldPath => {
+                    let (_, server, tokens) = old.as_ref().expect("an old server");
+                    load::wrk(&server.base, &fresh(tokens), clients, s, d)
+                }
+            };
             eprintln!(
-                "{clients:>4} clients  {:<34} {:>8.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
-                series.name,
+                "{clients:>4} clients  {:<66} {:>8.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
+                series.workload.name(),
                 run.throughput(),
                 run.p50_ms,
                 run.p99_ms,
@@ -158,23 +248,23 @@ async fn main() {
 
     let storms = vec![
         ("PostgreSQL", storm(&pg, &pg_db, &pg_tokens[0]).await),
-        (
-            "SQLite",
-            storm(&sqlite, &sqlite_db, &sqlite_tokens[0]).await,
-        ),
+        ("SQLite", storm(&group.1, &group.0, &group.2[0]).await),
     ];
     let peak_rss = [
         ("PostgreSQL", peak_rss_kib(pg.pid())),
-        ("SQLite", peak_rss_kib(sqlite.pid())),
+        ("SQLite (group commit)", peak_rss_kib(group.1.pid())),
     ];
     report::write(
-        &args.out,
-        &args.svg,
-        &args.levels,
+        &report::Context {
+            out: &args.out,
+            svg: &args.svg,
+            levels: &args.levels,
+            seconds: args.seconds,
+            old_commit: &args.old_commit,
+        },
         &series,
         &storms,
         &peak_rss,
-        args.seconds,
     );
     eprintln!("wrote {} and {}", args.out, args.svg);
 }

@@ -4,31 +4,66 @@ use std::fmt::Write;
 
 use plotters::prelude::*;
 
-use crate::{Series, Storm};
+use crate::{Series, Storm, Workload};
 
-/// Facts about the code's round trips and one profile of it, kept with the figures they explain.
+/// Facts about the code's statements and what profiling it showed, kept with the figures.
 const WHERE_THE_TIME_GOES: &str = "## Where a request's time goes
 
-Round trips to PostgreSQL per request: a keyed first execution makes 6 (the fast-path read of the key; `BEGIN` with the claim's lock timeout; the claim; the guarded debit, payment row and ledger row as one statement; the stored response; `COMMIT`), an un-keyed payment 3 (`BEGIN`; the same one-statement charge; `COMMIT`), a replay 1 (the fast-path read), and pgbench's copy of the transaction 7 (it sends `BEGIN` and `SET` apart). Authentication costs none: token hashes are cached in the process. A `perf record -a` sample at 32 clients split the two cores as PostgreSQL backends 54 %, the server 32 % (much of it in the kernel: socket I/O and wake-ups), wrk 6 %. On this machine the database's CPU is the limit, so every round trip saved is throughput; the keyed path pays two statements the un-keyed one does not (the claim and the stored response) and the fast-path read that makes replays about six times cheaper than first executions. Beyond 32 clients pgbench's 128 backends fight over two cores, while the server keeps its pool at 4 connections per core.
+**Statements per request.** PostgreSQL, keyed first execution: 5 (`BEGIN`; the claim, whose `RETURNING` also lifts the lock timeout for the rest of the transaction; the guarded debit with its payment row and ledger row as one statement; the stored answer; `COMMIT`). Un-keyed: 3 (`BEGIN`; the same charge; `COMMIT`). A replay: 4 (`BEGIN`; the claim, which finds the key; the read of its answer; `ROLLBACK`), or none beyond one read when a copy waited for its original in this process. The claim's lock timeout is a connection setting, so no transaction sends `SET`. SQLite, keyed first execution: one read on a reader connection (a replay ends there), then one unit of the same five statements on the writer thread inside a savepoint, sharing its batch's `BEGIN`/`COMMIT`.
+
+**SQLite, profiled** (`perf record -a`, `strace -c` on the writer, 32 clients).
+- The old path: the writer connection is a pool of one; every statement is a hop to sqlx's worker thread and back, and every request has a commit of its own. Throughput stayed flat from 1 to 128 clients.
+- The writer thread now owns its connection and runs a request's whole unit with no hop, so the commit is shared by whatever queued meanwhile.
+- Three costs surfaced once that was in place:
+  - the savepoints' statement journals went to temporary files, created and unlinked per unit (now `temp_store = MEMORY`);
+  - the reader pool opened a fresh connection (schema parse included) whenever more than 4 reads overlapped, and closed it again (now a bounded pool that never closes);
+  - random ids put every inserted row on its own index page, so a commit wrote about ten pages per request (now time-ordered UUID v7 ids for server-made rows).
+- What remains is SQLite's own work: about 190 µs of writer CPU per request, much of it B-tree inserts and the savepoint journal. At 128 clients the writer is busy all the time and the two cores are shared with the HTTP workers and wrk.
+
+**PostgreSQL.** On this machine the database's CPU is the limit, and each statement costs it about the same. The keyed path pays for the claim and the stored answer, which the un-keyed one does not have. The composed variant (claim and charge in one statement, a pgbench row above) saves one more. It is not what the server sends: the claim's result would have to come out of the payment's own statement, and the protocol would no longer read claim → change → answer → commit in one place.
 ";
 
-fn at(series: &Series, clients: usize) -> Option<f64> {
+/// Where the report goes and what the run was.
+pub struct Context<'a> {
+    pub out: &'a str,
+    pub svg: &'a str,
+    pub levels: &'a [usize],
+    pub seconds: u64,
+    pub old_commit: &'a str,
+}
+
+fn run_of(series: &[Series], workload: Workload, clients: usize) -> Option<&crate::load::Run> {
     series
+        .iter()
+        .find(|s| s.workload == workload)?
         .runs
         .iter()
         .find(|(c, _)| *c == clients)
-        .map(|(_, r)| r.throughput())
+        .map(|(_, r)| r)
+}
+
+fn ratio(series: &[Series], a: Workload, b: Workload, clients: usize) -> String {
+    match (run_of(series, a, clients), run_of(series, b, clients)) {
+        (Some(x), Some(y)) if y.throughput() > 0.0 => {
+            format!("{:.2}", x.throughput() / y.throughput())
+        }
+        _ => "–".into(),
+    }
 }
 
 pub fn write(
-    out: &str,
-    svg: &str,
-    levels: &[usize],
+    context: &Context<'_>,
     series: &[Series],
     storms: &[(&str, Storm)],
     rss: &[(&str, u64)],
-    seconds: u64,
 ) {
+    let Context {
+        out,
+        svg,
+        levels,
+        seconds,
+        old_commit,
+    } = *context;
     let mut md = String::new();
     let machine = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -42,34 +77,66 @@ pub fn write(
         .map(|n| n.get())
         .unwrap_or(0);
     writeln!(md, "# Benchmarks\n").unwrap();
-    writeln!(md, "Written by `scripts/bench` (the `checkout-bench` command) from one run: every figure below was measured side by side, on the same machine, the same throwaway PostgreSQL 15 cluster and the same concurrency levels. Only the ratios mean anything elsewhere.\n").unwrap();
+    writeln!(md, "Written by `scripts/bench` (the `checkout-bench` command) from one run: every figure below was measured side by side, on the same machine, the same throwaway PostgreSQL 15 cluster and the same concurrency levels. Only the ratios mean anything elsewhere: this machine is shared, and its absolute speed varies from hour to hour.\n").unwrap();
     writeln!(
         md,
         "- machine: {cores} cores ({machine}); server, database and load generator share them"
     )
     .unwrap();
-    writeln!(md, "- runs: {seconds} s each; service load by `wrk` (Lua `request()`: a fresh `Idempotency-Key` and order per request, amount 1 kopeck), the limit by `pgbench -n -M prepared` running the server's own transaction (`bench/src/load.rs`)").unwrap();
-    writeln!(md, "- \"many accounts\" = 64 accounts; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`\n").unwrap();
+    writeln!(md, "- runs: {seconds} s each; service load by `wrk` (Lua `request()`: a fresh `Idempotency-Key` and order per request, amount 1 kopeck); PostgreSQL's limit by `pgbench -n -M prepared` running the server's own statements with as many connections as the server's pool at most (4 per core: the same concurrency in the database), SQLite's by the same statements in a loop on one connection (`bench/src/load.rs`, `bench/src/sqlite_loop.rs`)").unwrap();
+    writeln!(md, "- \"many accounts\" = 64 accounts; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`").unwrap();
+    if !old_commit.is_empty() {
+        writeln!(md, "- \"the old path\": `checkout-server-bench` built from commit `{old_commit}`, the last before the SQLite writer thread and group commit").unwrap();
+    }
+    writeln!(md).unwrap();
 
-    writeln!(md, "## Ratios\n").unwrap();
-    writeln!(md, "| clients | service ÷ pgbench (target ≥ 0.7 at 32) | keyed ÷ un-keyed (target ≥ 0.8) | replays ÷ first executions (target ≥ 2) | one hot ÷ many accounts | SQLite ÷ PostgreSQL |").unwrap();
+    writeln!(md, "## Ratios: PostgreSQL\n").unwrap();
+    writeln!(md, "| clients | service ÷ pgbench, keyed (goal ≥ 0.8 at 32) | keyed ÷ un-keyed, service (goal ≥ 0.7) | keyed ÷ un-keyed, pgbench | composed ÷ step by step, pgbench | one hot ÷ many accounts |").unwrap();
     writeln!(md, "|---|---|---|---|---|---|").unwrap();
-    let ratio = |a: usize, b: usize, c: usize| match (at(&series[a], c), at(&series[b], c)) {
-        (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
-        _ => "–".into(),
-    };
     for &c in levels {
         writeln!(
             md,
             "| {c} | {} | {} | {} | {} | {} |",
-            ratio(1, 0, c),
-            ratio(1, 2, c),
-            ratio(3, 1, c),
-            ratio(4, 1, c),
-            ratio(5, 1, c)
+            ratio(series, Workload::Keyed, Workload::PgbenchKeyed, c),
+            ratio(series, Workload::Keyed, Workload::Unkeyed, c),
+            ratio(series, Workload::PgbenchKeyed, Workload::PgbenchUnkeyed, c),
+            ratio(series, Workload::PgbenchComposed, Workload::PgbenchKeyed, c),
+            ratio(series, Workload::HotAccount, Workload::Keyed, c),
         )
         .unwrap();
     }
+    writeln!(
+        md,
+        "\nStatements per request: keyed 5, un-keyed 3, composed 4 (see below).\n"
+    )
+    .unwrap();
+    writeln!(md, "## Ratios: SQLite\n").unwrap();
+    writeln!(md, "| clients | group commit ÷ old path (goal ≥ 3 at 32) | group commit ÷ a commit per request | service ÷ the SQLite loop (goal ≥ 1) | p99 ms: group commit / old path |").unwrap();
+    writeln!(md, "|---|---|---|---|---|").unwrap();
+    for &c in levels {
+        let p99 = |w| run_of(series, w, c).map_or("–".into(), |r| format!("{:.2}", r.p99_ms));
+        writeln!(
+            md,
+            "| {c} | {} | {} | {} | {} / {} |",
+            ratio(
+                series,
+                Workload::SqliteGroupCommit,
+                Workload::SqliteOldPath,
+                c
+            ),
+            ratio(
+                series,
+                Workload::SqliteGroupCommit,
+                Workload::SqliteCommitPerRequest,
+                c
+            ),
+            ratio(series, Workload::SqliteGroupCommit, Workload::SqliteLoop, c),
+            p99(Workload::SqliteGroupCommit),
+            p99(Workload::SqliteOldPath),
+        )
+        .unwrap();
+    }
+    writeln!(md, "\nThe SQLite loop runs on one connection whatever the level (SQLite has one writer); it is measured again at each level so that every ratio compares runs made side by side.").unwrap();
 
     writeln!(md, "\n{WHERE_THE_TIME_GOES}").unwrap();
     writeln!(md, "## Throughput and latency\n").unwrap();
@@ -84,7 +151,7 @@ pub fn write(
             writeln!(
                 md,
                 "| {} | {c} | {:.0} | {:.2} | {:.2} | {} |",
-                s.name,
+                s.workload.name(),
                 r.throughput(),
                 r.p50_ms,
                 r.p99_ms,
@@ -129,12 +196,24 @@ pub fn write(
 }
 
 fn chart(svg: &str, levels: &[usize], series: &[Series]) {
-    let root = SVGBackend::new(svg, (960, 420)).into_drawing_area();
+    let root = SVGBackend::new(svg, (1200, 560)).into_drawing_area();
     root.fill(&WHITE).unwrap();
-    let (left, right) = root.split_horizontally(480);
+    let (left, right) = root.split_horizontally(600);
     let xs = 0..levels.len().saturating_sub(1).max(1);
     let label = |i: &usize| levels.get(*i).map(|c| c.to_string()).unwrap_or_default();
-    let colours = [BLACK, BLUE, GREEN, MAGENTA, RED, CYAN];
+    let colours = [
+        BLACK,
+        BLUE,
+        RGBColor(120, 120, 120),
+        GREEN,
+        MAGENTA,
+        RGBColor(255, 140, 0),
+        RED,
+        CYAN,
+        RGBColor(128, 0, 128),
+        RGBColor(0, 128, 128),
+        RGBColor(150, 75, 0),
+    ];
     let max_rps = series
         .iter()
         .flat_map(|s| s.runs.iter().map(|(_, r)| r.throughput()))
@@ -175,7 +254,7 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
             chart
                 .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
                 .unwrap()
-                .label(s.name)
+                .label(s.workload.name())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
                 });

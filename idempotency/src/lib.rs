@@ -139,6 +139,13 @@ pub trait KeyStore: Send + Sync {
     type Tx: KeyTx<Error = Self::Error>;
     type Error: Classify + Send + 'static;
 
+    /// Whether to read the key before claiming it: worth it where a read does not compete with
+    /// writes (SQLite's readers), so that a replay takes no write at all. Where every
+    /// statement costs the database the same (PostgreSQL), the claim itself tells a replay.
+    fn reads_before_claim(&self) -> bool {
+        true
+    }
+
     /// The key as committed, read without taking any write lock.
     fn stored_key(
         &self,
@@ -288,9 +295,11 @@ impl Protocol {
         O: Operation<S::Tx>,
         O::Error: From<S::Error>,
     {
-        // A completed key is answered from a plain read: replays take no write lock at all.
+        // A completed key is answered from a plain read where that is cheap: such replays take
+        // no write at all. (Elsewhere the claim below finds it.)
         let live_after = now_ms().saturating_sub(self.ttl_ms());
-        if let Some(record) = store.stored_key(request.scope, request.key).await?
+        if store.reads_before_claim()
+            && let Some(record) = store.stored_key(request.scope, request.key).await?
             && record.created_at_ms >= live_after
         {
             return Ok(self.answer_from_storage(record, request.fingerprint));

@@ -5,7 +5,7 @@
 
 mod postgres;
 mod row;
-mod sql;
+pub mod sql;
 mod sqlite;
 
 use std::future::Future;
@@ -21,6 +21,16 @@ use sqlx::{Postgres, Transaction};
 pub use postgres::PgStore;
 use row::{Arg, ReadRow, Row, RowError};
 pub use sqlite::{SqliteStore, SqliteTx, WriterStats};
+
+/// The claim as SQLite spells it (for a benchmark that runs the server's own statements).
+pub fn sqlite_claim_key() -> &'static str {
+    &sqlite::CLAIM_KEY
+}
+
+/// The claim as PostgreSQL spells it.
+pub fn postgres_claim_key() -> &'static str {
+    &postgres::CLAIM_KEY
+}
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -361,6 +371,10 @@ impl Store {
 impl KeyStore for Store {
     type Tx = Tx;
     type Error = StoreError;
+
+    fn reads_before_claim(&self) -> bool {
+        matches!(self, Store::Sqlite(_))
+    }
 
     async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
         let rows = self

@@ -1,10 +1,14 @@
 //! PostgreSQL, the production store that several server instances share.
 //!
 //! A duplicate's claim blocks on the original's uncommitted key row (the primary key's
-//! speculative insertion waits for it). `lock_timeout` bounds that wait: past it the duplicate
-//! gets `409` + `Retry-After`; if the original commits first, the duplicate replays its answer.
+//! speculative insertion waits for it). `lock_timeout`, set once per connection, bounds that
+//! wait: past it the duplicate gets `409` + `Retry-After`; if the original commits first, the
+//! duplicate replays its answer.
+//!
+//! Every statement costs the database about the same here, so a keyed request sends only what
+//! it needs: `BEGIN`, the claim (which also tells a replay), the change, the answer, `COMMIT`.
 
-use std::{borrow::Cow, sync::LazyLock, time::Duration};
+use std::{sync::LazyLock, time::Duration};
 
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::query::Query;
@@ -53,8 +57,6 @@ pub const CHARGE: &str = "\
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pub pool: PgPool,
-    /// `BEGIN` and the claim's wait bound, sent as one simple query.
-    begin_keyed: Cow<'static, str>,
 }
 
 pub async fn connect(
@@ -62,28 +64,28 @@ pub async fn connect(
     pool_size: u32,
     lock_timeout: Duration,
 ) -> Result<PgStore, ConnectError> {
+    // The claim's wait bound is the session's; a claimed transaction lifts it for itself
+    // (CLAIM_KEY), and COMMIT or ROLLBACK brings it back. No statement per transaction for it.
+    let set_lock_timeout = format!("SET lock_timeout = '{}ms'", lock_timeout.as_millis().max(1));
     let pool = PgPoolOptions::new()
         .max_connections(pool_size)
         .acquire_timeout(Duration::from_secs(5))
+        .after_connect(move |conn, _| {
+            let statement = set_lock_timeout.clone();
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, statement.as_str()).await?;
+                Ok(())
+            })
+        })
         .connect(url)
         .await?;
     MIGRATOR.run(&pool).await?;
-    let begin_keyed = format!(
-        "BEGIN; SET LOCAL lock_timeout = '{}ms'",
-        lock_timeout.as_millis().max(1)
-    );
-    Ok(PgStore {
-        pool,
-        begin_keyed: Cow::Owned(begin_keyed),
-    })
+    Ok(PgStore { pool })
 }
 
 impl PgStore {
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        self.pool
-            .begin_with(self.begin_keyed.clone())
-            .await
-            .map_err(classify)
+        self.pool.begin().await.map_err(classify)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The SQL both databases run unchanged (`$n` placeholders work in SQLite too). Statements
-//! that differ live in `sqlite.rs` and `postgres.rs`.
+//! that differ live in `sqlite.rs` and `postgres.rs`. Public so that the benchmark can run the
+//! very same statements against the databases directly.
 
 // -- idempotency keys ------------------------------------------------------------------------
 
