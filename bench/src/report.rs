@@ -195,10 +195,27 @@ pub fn write(
     chart(svg, levels, series);
 }
 
+/// Two rows, PostgreSQL then SQLite: throughput on the left, p99 on the right.
 fn chart(svg: &str, levels: &[usize], series: &[Series]) {
-    let root = SVGBackend::new(svg, (1200, 560)).into_drawing_area();
+    let root = SVGBackend::new(svg, (1200, 900)).into_drawing_area();
     root.fill(&WHITE).unwrap();
-    let (left, right) = root.split_horizontally(600);
+    let rows = root.split_evenly((2, 1));
+    let is_sqlite = |s: &&Series| s.workload.name().starts_with("SQLite");
+    for (row, sqlite) in rows.iter().zip([false, true]) {
+        let picked: Vec<&Series> = series.iter().filter(|s| is_sqlite(s) == sqlite).collect();
+        let (left, right) = row.split_horizontally(600);
+        draw(&left, &right, levels, &picked, if sqlite { "SQLite" } else { "PostgreSQL" });
+    }
+    root.present().unwrap();
+}
+
+fn draw<DB: DrawingBackend>(
+    left: &DrawingArea<DB, plotters::coord::Shift>,
+    right: &DrawingArea<DB, plotters::coord::Shift>,
+    levels: &[usize],
+    series: &[&Series],
+    database: &str,
+) {
     let xs = 0..levels.len().saturating_sub(1).max(1);
     let label = |i: &usize| levels.get(*i).map(|c| c.to_string()).unwrap_or_default();
     let colours = [
@@ -209,10 +226,6 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
         MAGENTA,
         RGBColor(255, 140, 0),
         RED,
-        CYAN,
-        RGBColor(128, 0, 128),
-        RGBColor(0, 128, 128),
-        RGBColor(150, 75, 0),
     ];
     let max_rps = series
         .iter()
@@ -223,8 +236,8 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
         .flat_map(|s| s.runs.iter().map(|(_, r)| r.p99_ms))
         .fold(1.0, f64::max);
     for (area, title, max, pick) in [
-        (&left, "throughput (req/s)", max_rps * 1.1, 0usize),
-        (&right, "p99 latency (ms)", max_p99 * 1.1, 1usize),
+        (left, format!("{database}: throughput (req/s)"), max_rps * 1.6, 0usize),
+        (right, format!("{database}: p99 latency (ms)"), max_p99 * 1.1, 1usize),
     ] {
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 18))
@@ -251,10 +264,11 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
                         .map(|i| (i, if pick == 0 { r.throughput() } else { r.p99_ms }))
                 })
                 .collect();
+            let name = s.workload.name().split_once(": ").map_or(s.workload.name(), |(_, n)| n);
             chart
                 .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
                 .unwrap()
-                .label(s.workload.name())
+                .label(name)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
                 });
@@ -267,14 +281,14 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
                 .unwrap();
         }
         if pick == 0 {
+            // Above the lines: the throughput axis leaves the top third free for it.
             chart
                 .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
+                .background_style(WHITE.mix(0.9))
                 .border_style(BLACK)
-                .position(SeriesLabelPosition::MiddleRight)
+                .position(SeriesLabelPosition::UpperLeft)
                 .draw()
                 .unwrap();
         }
     }
-    root.present().unwrap();
 }
