@@ -22,10 +22,11 @@ pub enum ApiError {
     NotFound(String),
     #[error("the request body is larger than 1 MiB")]
     PayloadTooLarge,
+    /// The fields of the body that differ from the key's first request.
     #[error(
         "this Idempotency-Key was first used with a different request; make a new key for a new request"
     )]
-    KeyReused,
+    KeyReused(Vec<String>),
     #[error(
         "a request with this Idempotency-Key is still executing; retry it shortly with the same key"
     )]
@@ -58,7 +59,7 @@ impl ApiError {
             ApiError::PayloadTooLarge => {
                 (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
             }
-            ApiError::KeyReused => (
+            ApiError::KeyReused(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorCode::IdempotencyKeyReused,
             ),
@@ -95,7 +96,18 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut response = problem_response(&Problem::new(status.as_u16(), code, detail));
+        let mut problem = Problem::new(status.as_u16(), code, detail);
+        if let ApiError::KeyReused(fields) = &self {
+            problem.detail = match fields.as_slice() {
+                [] => "this Idempotency-Key was first used on another route or method; make a new key for a new request".into(),
+                fields => format!(
+                    "this Idempotency-Key was first used with different values of: {}; make a new key for a new request",
+                    fields.join(", ")
+                ),
+            };
+            problem.fields = Some(fields.clone());
+        }
+        let mut response = problem_response(&problem);
         if status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(
                 header::RETRY_AFTER,

@@ -20,7 +20,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::error::{ApiError, problem_response};
-use crate::{AppState, accounts, payments, refunds};
+use crate::{AppState, accounts, keys, payments, refunds};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Longer than any transaction should take; a request cut here rolls back, and its retry
@@ -39,6 +39,7 @@ pub fn router(
         .route("/api/payments", post(payments::create))
         .route("/api/payments/{payment_id}", get(payments::get))
         .route("/api/payments/{payment_id}/refunds", post(refunds::create))
+        .route("/api/idempotency-keys/{key}", get(keys::status))
         .route("/api/account", get(accounts::get))
         .route("/api/demo/session", post(accounts::create_demo_session))
         .route("/healthz", get(healthz));

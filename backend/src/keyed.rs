@@ -1,11 +1,17 @@
 //! Keyed requests over HTTP: a handler hands its validated operation to the protocol
 //! (`checkout-idempotency`) and gets back the HTTP answer of its outcome.
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use checkout_idempotency::{Fingerprint, KeyedRequest, Operation, Outcome, StoredResponse};
-use checkout_shared::{IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey, PROBLEM_CONTENT_TYPE, Problem};
+use checkout_idempotency::{KeyedRequest, Operation, Outcome, StoredResponse};
+use checkout_shared::{
+    IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey,
+    PROBLEM_CONTENT_TYPE, Problem,
+};
 use serde::Serialize;
+use serde_json::Value;
 use tracing::Span;
 
 use crate::AppState;
@@ -38,12 +44,20 @@ impl KeyOutcome {
     }
 }
 
-/// Runs `operation` once per (principal, key) and answers every copy of the request.
+/// What a keyed POST asks: its route (as the client sent it) and its JSON body.
+pub struct Asked<'a> {
+    pub route: &'a str,
+    pub body: &'a Value,
+}
+
+/// Runs `operation` once per (principal, key) and answers every copy of the request. Every
+/// answer about a key the server keeps says when it will be forgotten
+/// (`Idempotency-Key-Expires`).
 pub async fn execute<O>(
     app: &AppState,
     principal: &Principal,
     key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
+    asked: Asked<'_>,
     operation: O,
 ) -> Result<Response, ApiError>
 where
@@ -52,18 +66,44 @@ where
     let request = KeyedRequest {
         scope: &principal.account_id,
         key: key.as_str(),
-        fingerprint,
+        method: "POST",
+        route: asked.route,
+        body: asked.body,
     };
     let outcome = app.protocol.execute(&app.store, request, operation).await?;
     Ok(match outcome {
-        Outcome::Executed { response, .. } => answer(response, KeyOutcome::First),
-        Outcome::Replayed { response, .. } => answer(response, KeyOutcome::Replay),
-        Outcome::KeyReused => {
-            with_outcome(ApiError::KeyReused.into_response(), KeyOutcome::Mismatch)
-        }
+        Outcome::Executed {
+            response,
+            expires_at_ms,
+        } => expiring(answer(response, KeyOutcome::First), expires_at_ms),
+        Outcome::Replayed {
+            response,
+            expires_at_ms,
+        } => expiring(answer(response, KeyOutcome::Replay), expires_at_ms),
+        Outcome::KeyReused {
+            fields,
+            expires_at_ms,
+        } => expiring(
+            with_outcome(
+                ApiError::KeyReused(fields).into_response(),
+                KeyOutcome::Mismatch,
+            ),
+            expires_at_ms,
+        ),
         Outcome::InUse => with_outcome(ApiError::KeyInUse.into_response(), KeyOutcome::Conflict),
         Outcome::TryAgain => ApiError::Contended.into_response(),
     })
+}
+
+/// `Idempotency-Key-Expires`, as an IMF-fixdate (HTTP's date format).
+fn expiring(mut response: Response, expires_at_ms: i64) -> Response {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(expires_at_ms).unwrap_or(0));
+    if let Ok(value) = HeaderValue::from_str(&httpdate::fmt_http_date(at)) {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENCY_KEY_EXPIRES_HEADER, value);
+    }
+    response
 }
 
 /// A stored answer as HTTP: its status and body byte for byte, and on a replay the header that

@@ -21,6 +21,7 @@ pub mod extract;
 pub mod http;
 pub mod ids;
 pub mod keyed;
+pub mod keys;
 pub mod payments;
 pub mod refunds;
 pub mod store;

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
-use checkout_idempotency::{Claim, Decision, Fingerprint, Operation};
+use checkout_idempotency::{Claim, Decision, Operation};
 use checkout_shared::{
     CreatePayment, ErrorCode, Payment, PaymentDetails, PaymentStatus, Problem, Refund,
     validate_amount, validate_currency, validate_order_id,
@@ -14,8 +14,9 @@ use crate::accounts::Principal;
 use crate::clock;
 use crate::error::ApiError;
 use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
+use crate::ids;
+use crate::keyed::{self, Asked};
 use crate::store::{Charged, NewPayment, PaymentRow, Tx};
-use crate::{ids, keyed};
 
 /// A validated payment request.
 #[derive(Debug)]
@@ -54,9 +55,12 @@ pub async fn create(
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreatePayment>,
 ) -> Result<Response, ApiError> {
-    let fingerprint = Fingerprint::of("POST", "/api/payments", &body.canonical);
     let charge = Charge::validate(&principal, body.value)?;
-    keyed::execute(&app, &principal, &key, &fingerprint, charge).await
+    let asked = Asked {
+        route: "/api/payments",
+        body: &body.canonical,
+    };
+    keyed::execute(&app, &principal, &key, asked, charge).await
 }
 
 /// The business step of a payment, inside the protocol's transaction: the guarded debit, the

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use checkout_idempotency::{Claim, Decision, Fingerprint, Operation};
+use checkout_idempotency::{Claim, Decision, Operation};
 use checkout_shared::{CreateRefund, ErrorCode, Problem, Refund, validate_amount};
 
 use crate::AppState;
@@ -10,9 +10,10 @@ use crate::accounts::Principal;
 use crate::clock;
 use crate::error::ApiError;
 use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
+use crate::ids;
+use crate::keyed::{self, Asked};
 use crate::payments::not_found;
 use crate::store::{EntryKind, LedgerEntry, NewRefund, Tx};
-use crate::{ids, keyed};
 
 /// A validated refund request.
 #[derive(Debug)]
@@ -30,13 +31,16 @@ pub async fn create(
     body: JsonBody<CreateRefund>,
 ) -> Result<Response, ApiError> {
     let route = format!("/api/payments/{payment_id}/refunds");
-    let fingerprint = Fingerprint::of("POST", &route, &body.canonical);
     validate_amount(body.value.amount).map_err(ApiError::InvalidRequest)?;
     let order = RefundOrder {
         payment_id,
         amount: body.value.amount,
     };
-    keyed::execute(&app, &principal, &key, &fingerprint, order).await
+    let asked = Asked {
+        route: &route,
+        body: &body.canonical,
+    };
+    keyed::execute(&app, &principal, &key, asked, order).await
 }
 
 /// The business step of a refund, inside the protocol's transaction: the guarded increase of

@@ -32,6 +32,9 @@ checkout_testkit::on_both_databases!(
     health_account_and_demo_mode,
     hostile_paths_headers_and_bodies_never_get_a_5xx,
     a_payment_read_is_one_snapshot_during_200_concurrent_refunds,
+    every_answer_about_a_kept_key_says_when_it_expires,
+    a_reused_key_names_the_fields_that_differ,
+    a_key_status_tells_its_own_principal_only,
 );
 
 /// Starts a server over a fresh database and gives one demo shopper.
@@ -994,5 +997,151 @@ async fn a_payment_read_is_one_snapshot_during_200_concurrent_refunds(backend: B
     let details = shopper.get(&path).await.json();
     assert_eq!(details["refunded_total"], 20_000);
     assert_eq!(details["refunds"].as_array().unwrap().len(), 200);
+    db.assert_invariants().await;
+}
+
+/// `Idempotency-Key-Expires` (an IMF-fixdate) is when the key's creation plus the retention
+/// period comes round; its value as parsed, in Unix seconds.
+fn expires_header(answer: &support::Answer) -> Option<u64> {
+    let text = answer.headers.get("idempotency-key-expires")?;
+    let at = httpdate::parse_http_date(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    Some(at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
+}
+
+async fn every_answer_about_a_kept_key_says_when_it_expires(backend: Backend) {
+    let (db, _server, shopper) = setup(backend).await;
+    let now = (support_now_ms() / 1000) as u64;
+    let day = 86_400;
+    let key = new_key();
+    let body = payment("ord-e", 1_000);
+    let first = shopper.pay(&key, &body).await;
+    let expires = expires_header(&first).expect("on a first execution");
+    assert!(
+        (now + day..=now + day + 5).contains(&expires),
+        "{expires} vs now {now}"
+    );
+    let replay = shopper.pay(&key, &body).await;
+    assert_eq!(
+        expires_header(&replay),
+        Some(expires),
+        "a replay keeps the key's expiry"
+    );
+    let reused = shopper.pay(&key, &payment("ord-e", 2_000)).await;
+    assert_eq!(expires_header(&reused), Some(expires), "so does a 422");
+    let declined = shopper
+        .pay(&new_key(), &payment("ord-big", OPENING_BALANCE * 2))
+        .await;
+    declined.assert_problem(402, "insufficient_funds");
+    assert!(expires_header(&declined).is_some(), "a stored decline too");
+    let paid = shopper.pay(&new_key(), &payment("ord-e", 1_000)).await;
+    paid.assert_problem(409, "order_already_paid");
+    assert!(expires_header(&paid).is_some());
+    // Nothing is kept for a request refused before the key was claimed.
+    let refused = shopper.pay(&new_key(), &payment("ord-e", 0)).await;
+    refused.assert_problem(400, "invalid_request");
+    assert_eq!(expires_header(&refused), None);
+    db.assert_invariants().await;
+}
+
+async fn a_reused_key_names_the_fields_that_differ(backend: Backend) {
+    let (db, _server, shopper) = setup(backend).await;
+    let key = new_key();
+    let first = shopper
+        .pay(&key, &json!({"order_id": "ord-f", "amount": 300}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let amount = shopper
+        .pay(&key, &json!({"order_id": "ord-f", "amount": 5_000}))
+        .await;
+    amount.assert_problem(422, "idempotency_key_reused");
+    assert_eq!(amount.json()["fields"], json!(["amount"]));
+    assert!(
+        !amount.body.contains("5000"),
+        "values are never echoed: {}",
+        amount.body
+    );
+    let more = shopper
+        .pay(
+            &key,
+            &json!({"order_id": "ord-g", "amount": 300, "currency": "RUB"}),
+        )
+        .await;
+    more.assert_problem(422, "idempotency_key_reused");
+    assert_eq!(more.json()["fields"], json!(["currency", "order_id"]));
+    let payment_id = first.json()["payment_id"].as_str().unwrap().to_owned();
+    let elsewhere = shopper.refund(&payment_id, &key, 300).await;
+    elsewhere.assert_problem(422, "idempotency_key_reused");
+    assert_eq!(
+        elsewhere.json()["fields"],
+        json!(["order_id"]),
+        "the amount is the same"
+    );
+    let reordered = shopper
+        .pay(&key, &json!({"amount": 300, "order_id": "ord-f"}))
+        .await;
+    assert!(
+        reordered.replayed(),
+        "the same fields in another order are the same request"
+    );
+    db.assert_invariants().await;
+}
+
+async fn a_key_status_tells_its_own_principal_only(backend: Backend) {
+    let (db, server, shopper) = setup(backend).await;
+    let stranger = server.api().shopper().await;
+    let unknown = shopper.get("/api/idempotency-keys/never-sent").await;
+    unknown.assert_problem(404, "not_found");
+
+    let key = "key/with?odd#chars%";
+    let encoded = "key%2Fwith%3Fodd%23chars%25";
+    let paid = shopper.pay(key, &payment("ord-s", 1_500)).await;
+    assert_eq!(paid.status, StatusCode::CREATED);
+    let status = shopper
+        .get(&format!("/api/idempotency-keys/{encoded}"))
+        .await;
+    assert_eq!(status.status, StatusCode::OK, "{}", status.body);
+    let status = status.json();
+    assert_eq!(status["status"], "done");
+    assert_eq!(status["response_status"], 201);
+    assert_eq!(status["response"], paid.json(), "its stored answer");
+    let expires = expires_header(&paid).unwrap();
+    let reported = time::OffsetDateTime::parse(
+        status["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap()
+    .unix_timestamp() as u64;
+    assert!(reported.abs_diff(expires) <= 1, "{reported} vs {expires}");
+
+    let declined_key = new_key();
+    shopper
+        .pay(&declined_key, &payment("ord-d", OPENING_BALANCE * 2))
+        .await;
+    let declined = shopper
+        .get(&format!("/api/idempotency-keys/{declined_key}"))
+        .await
+        .json();
+    assert_eq!(declined["response_status"], 402);
+    assert_eq!(declined["response"]["code"], "insufficient_funds");
+
+    // Another principal never learns anything about it.
+    stranger
+        .get(&format!("/api/idempotency-keys/{encoded}"))
+        .await
+        .assert_problem(404, "not_found");
+    shopper
+        .get("/api/idempotency-keys/%00")
+        .await
+        .assert_problem(404, "not_found");
+    // An expired key is forgotten, even before it is swept.
+    let two_days_ago = support_now_ms() - 2 * 86_400_000;
+    db.execute(&format!(
+        "UPDATE idempotency_keys SET created_at = {two_days_ago}"
+    ))
+    .await;
+    shopper
+        .get(&format!("/api/idempotency-keys/{encoded}"))
+        .await
+        .assert_problem(404, "not_found");
     db.assert_invariants().await;
 }

@@ -120,11 +120,13 @@ async fn run(
     key: &str,
     tally: Tally,
 ) -> Result<Outcome, ApiError> {
-    let fingerprint = fingerprint(tally.answer);
+    let body = json!({ "n": tally.answer });
     let request = KeyedRequest {
         scope,
         key,
-        fingerprint: &fingerprint,
+        method: "POST",
+        route: "/tally",
+        body: &body,
     };
     protocol.execute(store, request, tally).await
 }
@@ -194,7 +196,10 @@ async fn another_request_under_the_key_is_refused(backend: Backend) {
         ..Tally::default()
     };
     let refused = run(&protocol, &store, "acc_a", "k1", other).await.unwrap();
-    assert_eq!(refused, Outcome::KeyReused);
+    assert!(
+        matches!(&refused, Outcome::KeyReused { fields, .. } if fields == &["n"]),
+        "the differing field is named: {refused:?}"
+    );
     assert!(matches!(
         run(&protocol, &store, "acc_a", "k1", first).await.unwrap(),
         Outcome::Replayed { .. }
@@ -388,6 +393,7 @@ async fn a_completion_without_its_claim_is_refused(backend: Backend) {
                     key: "k1".into(),
                     claim_id: "c1".into(),
                     request_hash: fingerprint(0).as_str().into(),
+                    request_body: "{}".into(),
                     now_ms: now_ms(),
                 };
                 tx.complete(&never_claimed, &executed("{}")).await

@@ -204,7 +204,13 @@ fn chart(svg: &str, levels: &[usize], series: &[Series]) {
     for (row, sqlite) in rows.iter().zip([false, true]) {
         let picked: Vec<&Series> = series.iter().filter(|s| is_sqlite(s) == sqlite).collect();
         let (left, right) = row.split_horizontally(600);
-        draw(&left, &right, levels, &picked, if sqlite { "SQLite" } else { "PostgreSQL" });
+        draw(
+            &left,
+            &right,
+            levels,
+            &picked,
+            if sqlite { "SQLite" } else { "PostgreSQL" },
+        );
     }
     root.present().unwrap();
 }
@@ -236,8 +242,18 @@ fn draw<DB: DrawingBackend>(
         .flat_map(|s| s.runs.iter().map(|(_, r)| r.p99_ms))
         .fold(1.0, f64::max);
     for (area, title, max, pick) in [
-        (left, format!("{database}: throughput (req/s)"), max_rps * 1.6, 0usize),
-        (right, format!("{database}: p99 latency (ms)"), max_p99 * 1.1, 1usize),
+        (
+            left,
+            format!("{database}: throughput (req/s)"),
+            max_rps * 1.6,
+            0usize,
+        ),
+        (
+            right,
+            format!("{database}: p99 latency (ms)"),
+            max_p99 * 1.1,
+            1usize,
+        ),
     ] {
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 18))
@@ -264,7 +280,11 @@ fn draw<DB: DrawingBackend>(
                         .map(|i| (i, if pick == 0 { r.throughput() } else { r.p99_ms }))
                 })
                 .collect();
-            let name = s.workload.name().split_once(": ").map_or(s.workload.name(), |(_, n)| n);
+            let name = s
+                .workload
+                .name()
+                .split_once(": ")
+                .map_or(s.workload.name(), |(_, n)| n);
             chart
                 .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
                 .unwrap()

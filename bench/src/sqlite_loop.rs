@@ -48,7 +48,8 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
             .unwrap()
             .query_row(
                 named_params! {"$1": account, "$2": key, "$3": claim, "$4": "hash",
-                "$5": 1_764_000_000_000_i64, "$6": 1_763_900_000_000_i64},
+                "$5": 1_764_000_000_000_i64, "$6": 1_763_900_000_000_i64,
+                               "$7": r#"{"amount":1,"order_id":"o-1-123456789"}"#},
                 |row| row.get::<_, String>(0),
             )
             .unwrap();

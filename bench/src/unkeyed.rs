@@ -32,6 +32,7 @@ async fn unkeyed_payment(
         key: "unkeyed".into(),
         claim_id: uuid::Uuid::new_v4().simple().to_string(),
         request_hash: String::new(),
+        request_body: String::new(),
         now_ms: now_ms(),
     };
     match app.store.transaction(Unkeyed { charge, claim }).await? {

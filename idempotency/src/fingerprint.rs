@@ -11,18 +11,44 @@ pub struct Fingerprint(String);
 
 impl Fingerprint {
     pub fn of(method: &str, route: &str, body: &Value) -> Self {
+        Fingerprint::of_canonical(method, route, &canonical_json(body))
+    }
+
+    /// The same, from a body already in canonical form.
+    pub fn of_canonical(method: &str, route: &str, canonical_body: &str) -> Self {
         let mut hasher = Sha256::new();
         hasher.update(method.as_bytes());
         hasher.update(b" ");
         hasher.update(route.as_bytes());
         hasher.update(b"\n");
-        hasher.update(canonical_json(body).as_bytes());
+        hasher.update(canonical_body.as_bytes());
         Fingerprint(format!("{:x}", hasher.finalize()))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The top-level fields whose values differ between a first request's canonical body and
+/// another request's body (present in one and not the other counts), sorted. Bodies that are
+/// not objects have no fields to name.
+pub fn differing_fields(first_canonical: &str, other: &Value) -> Vec<String> {
+    let Ok(Value::Object(first)) = serde_json::from_str::<Value>(first_canonical) else {
+        return Vec::new();
+    };
+    let Value::Object(other) = other else {
+        return Vec::new();
+    };
+    let mut fields: Vec<String> = first
+        .keys()
+        .chain(other.keys())
+        .filter(|name| first.get(*name) != other.get(*name))
+        .cloned()
+        .collect();
+    fields.sort_unstable();
+    fields.dedup();
+    fields
 }
 
 /// JSON with object keys sorted and no insignificant whitespace. Sorted here rather than
@@ -79,6 +105,30 @@ mod tests {
             Fingerprint::of("POST", "/api/payments", &b)
         );
         assert_eq!(canonical_json(&a), r#"{"amount":300,"order_id":"o-1"}"#);
+    }
+
+    #[test]
+    fn differing_fields_are_named_never_their_values() {
+        let first = canonical_json(&json!({"order_id": "o-1", "amount": 300, "currency": "RUB"}));
+        assert_eq!(
+            differing_fields(
+                &first,
+                &json!({"currency": "RUB", "order_id": "o-1", "amount": 5000})
+            ),
+            ["amount"]
+        );
+        assert_eq!(
+            differing_fields(&first, &json!({"order_id": "o-2", "amount": 300})),
+            ["currency", "order_id"]
+        );
+        assert!(
+            differing_fields(
+                &first,
+                &json!({"order_id": "o-1", "amount": 300, "currency": "RUB"})
+            )
+            .is_empty()
+        );
+        assert!(differing_fields(&first, &json!([1])).is_empty());
     }
 
     #[test]

@@ -30,7 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-pub use fingerprint::{Fingerprint, canonical_json};
+pub use fingerprint::{Fingerprint, canonical_json, differing_fields};
+use serde_json::Value;
 
 /// A transaction that lost a race it can simply run again (a concurrent payment of the same
 /// order, a serialization failure) is run this many times in all before [`Outcome::TryAgain`].
@@ -47,6 +48,8 @@ pub struct StoredResponse {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRecord {
     pub request_hash: String,
+    /// The first request's canonical JSON body (absent on keys stored before it was kept).
+    pub request_body: Option<String>,
     /// `None` while the first request is still executing.
     pub response: Option<StoredResponse>,
     pub created_at_ms: i64,
@@ -60,16 +63,20 @@ pub struct Claim {
     pub key: String,
     pub claim_id: String,
     pub request_hash: String,
+    /// Canonical JSON of the request's body, stored with the key.
+    pub request_body: String,
     pub now_ms: i64,
 }
 
-/// What a keyed request is: who sent it (keys are scoped to their sender), its key, and its
-/// fingerprint.
+/// What a keyed request is: who sent it (keys are scoped to their sender), its key, and what it
+/// asks (method, route, JSON body): together, its fingerprint.
 #[derive(Clone, Copy, Debug)]
 pub struct KeyedRequest<'a> {
     pub scope: &'a str,
     pub key: &'a str,
-    pub fingerprint: &'a Fingerprint,
+    pub method: &'a str,
+    pub route: &'a str,
+    pub body: &'a Value,
 }
 
 /// How a request ended, for the caller to turn into its own kind of answer.
@@ -85,8 +92,12 @@ pub enum Outcome {
         response: StoredResponse,
         expires_at_ms: i64,
     },
-    /// The key was first used for another request.
-    KeyReused,
+    /// The key was first used for another request: these top-level fields of the body differ
+    /// (none when it was another route or method).
+    KeyReused {
+        fields: Vec<String>,
+        expires_at_ms: i64,
+    },
     /// The key's first request is still executing; nothing ran.
     InUse,
     /// Nothing committed (every attempt lost a race, or a hook aborted); the request may be sent
@@ -295,6 +306,12 @@ impl Protocol {
         O: Operation<S::Tx>,
         O::Error: From<S::Error>,
     {
+        let canonical_body = canonical_json(request.body);
+        let fingerprint = Fingerprint::of_canonical(request.method, request.route, &canonical_body);
+        let asked = Asked {
+            fingerprint: &fingerprint,
+            body: request.body,
+        };
         // A completed key is answered from a plain read where that is cheap: such replays take
         // no write at all. (Elsewhere the claim below finds it.)
         let live_after = now_ms().saturating_sub(self.ttl_ms());
@@ -302,7 +319,7 @@ impl Protocol {
             && let Some(record) = store.stored_key(request.scope, request.key).await?
             && record.created_at_ms >= live_after
         {
-            return Ok(self.answer_from_storage(record, request.fingerprint));
+            return Ok(self.answer_from_storage(record, &asked));
         }
 
         // A copy of a request this process is executing waits for it, bounded, in memory; then
@@ -323,7 +340,7 @@ impl Protocol {
                     if let Some(record) = store.stored_key(request.scope, request.key).await?
                         && record.created_at_ms >= live_after
                     {
-                        return Ok(self.answer_from_storage(record, request.fingerprint));
+                        return Ok(self.answer_from_storage(record, &asked));
                     }
                     // The first copy ended without an answer (it failed): this one runs afresh.
                 }
@@ -345,7 +362,8 @@ impl Protocol {
                     key: request.key.to_owned(),
                     // Time-ordered: claims made together share index pages.
                     claim_id: uuid::Uuid::now_v7().simple().to_string(),
-                    request_hash: request.fingerprint.as_str().to_owned(),
+                    request_hash: fingerprint.as_str().to_owned(),
+                    request_body: canonical_body.clone(),
                     now_ms,
                 },
                 expired_before_ms: now_ms.saturating_sub(self.ttl_ms()),
@@ -362,7 +380,7 @@ impl Protocol {
                     response,
                     expires_at_ms: now_ms.saturating_add(self.ttl_ms()),
                 },
-                Step::Taken(Some(record)) => self.answer_from_storage(record, request.fingerprint),
+                Step::Taken(Some(record)) => self.answer_from_storage(record, &asked),
                 // Swept between the claim and the read, or a lost race: claim again.
                 Step::Taken(None) | Step::Restart => continue,
                 Step::KeyBusy => Outcome::InUse,
@@ -372,17 +390,56 @@ impl Protocol {
         Ok(Outcome::TryAgain)
     }
 
-    fn answer_from_storage(&self, record: KeyRecord, fingerprint: &Fingerprint) -> Outcome {
-        if record.request_hash != fingerprint.as_str() {
-            return Outcome::KeyReused;
+    fn answer_from_storage(&self, record: KeyRecord, asked: &Asked<'_>) -> Outcome {
+        let expires_at_ms = record.created_at_ms.saturating_add(self.ttl_ms());
+        if record.request_hash != asked.fingerprint.as_str() {
+            let fields = record
+                .request_body
+                .as_deref()
+                .map(|first| differing_fields(first, asked.body))
+                .unwrap_or_default();
+            return Outcome::KeyReused {
+                fields,
+                expires_at_ms,
+            };
         }
         match record.response {
             Some(response) => Outcome::Replayed {
                 response,
-                expires_at_ms: record.created_at_ms.saturating_add(self.ttl_ms()),
+                expires_at_ms,
             },
             None => Outcome::InUse,
         }
+    }
+
+    /// Where a key stands for its own sender, without sending anything: executing now (in this
+    /// process), done with its stored answer, or unknown (never seen, or expired and forgotten).
+    pub async fn key_status<S: KeyStore>(
+        &self,
+        store: &S,
+        scope: &str,
+        key: &str,
+    ) -> Result<KeyStatus, S::Error> {
+        let record = store.stored_key(scope, key).await?;
+        let live_after = now_ms().saturating_sub(self.ttl_ms());
+        Ok(match record {
+            Some(record) if record.created_at_ms >= live_after => {
+                let expires_at_ms = record.created_at_ms.saturating_add(self.ttl_ms());
+                match record.response {
+                    Some(response) => KeyStatus::Done {
+                        response,
+                        expires_at_ms,
+                    },
+                    None => KeyStatus::InProgress {
+                        expires_at_ms: Some(expires_at_ms),
+                    },
+                }
+            }
+            _ if self.in_flight.contains(scope, key) => KeyStatus::InProgress {
+                expires_at_ms: None,
+            },
+            _ => KeyStatus::Unknown,
+        })
     }
 }
 
@@ -400,6 +457,11 @@ enum Entry {
 }
 
 impl InFlight {
+    fn contains(&self, scope: &str, key: &str) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.contains_key(&(scope.to_owned(), key.to_owned()))
+    }
+
     fn enter(self: &Arc<Self>, scope: &str, key: &str) -> Entry {
         let id = (scope.to_owned(), key.to_owned());
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
@@ -428,6 +490,26 @@ impl Drop for InFlightGuard {
         let mut keys = self.registry.keys.lock().unwrap_or_else(|e| e.into_inner());
         keys.remove(&self.id);
     }
+}
+
+/// What a request asked, for answering from storage.
+struct Asked<'a> {
+    fingerprint: &'a Fingerprint,
+    body: &'a Value,
+}
+
+/// A key's state, as [`Protocol::key_status`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyStatus {
+    /// Its first request is executing; its expiry is known once its claim is committed.
+    InProgress {
+        expires_at_ms: Option<i64>,
+    },
+    Done {
+        response: StoredResponse,
+        expires_at_ms: i64,
+    },
+    Unknown,
 }
 
 /// How one transaction of [`Protocol::execute`] ended.

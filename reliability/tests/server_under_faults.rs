@@ -101,6 +101,13 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
             waited < Duration::from_millis(1_500),
             "{backend:?}: the 409 took {waited:?}; the bound is 200 ms"
         );
+        let status = shopper.get(&format!("/api/idempotency-keys/{key}")).await;
+        assert_eq!(
+            status.json()["status"],
+            "in_progress",
+            "{backend:?}: {}",
+            status.body
+        );
         assert!(
             !original.is_finished(),
             "{backend:?}: the 409 came while the original was still executing"

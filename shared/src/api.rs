@@ -77,3 +77,27 @@ pub struct DemoSession {
     pub token: String,
     pub account_id: String,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyState {
+    InProgress,
+    Done,
+}
+
+/// `GET /api/idempotency-keys/{key}`: where one of the caller's own keys stands, so that a client
+/// can learn an old intent's fate without sending it again. Unknown or expired keys are `404`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyStatus {
+    pub status: KeyState,
+    /// Once done: the stored answer's status…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_status: Option<u16>,
+    /// …and its body, as a replay would send it (it is the caller's own answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<serde_json::Value>,
+    /// RFC 3339: when the key will be forgotten (unknown while its first request is executing
+    /// elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}

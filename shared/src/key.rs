@@ -5,6 +5,8 @@ use std::fmt;
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 /// Set to `true` on a response that is a stored answer to an earlier request with the same key.
 pub const IDEMPOTENT_REPLAYED_HEADER: &str = "Idempotent-Replayed";
+/// When the server will forget the key (an IMF-fixdate): a resend after that is a new request.
+pub const IDEMPOTENCY_KEY_EXPIRES_HEADER: &str = "Idempotency-Key-Expires";
 pub const MAX_KEY_LEN: usize = 255;
 
 /// A client-made key naming one intent: 1..=255 visible ASCII characters (0x21..=0x7E).

@@ -9,9 +9,12 @@ pub mod money;
 pub mod problem;
 
 pub use api::{
-    Account, CreatePayment, CreateRefund, DemoSession, Payment, PaymentDetails, PaymentStatus,
-    Refund,
+    Account, CreatePayment, CreateRefund, DemoSession, KeyState, KeyStatus, Payment,
+    PaymentDetails, PaymentStatus, Refund,
 };
-pub use key::{IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey, KeyError};
+pub use key::{
+    IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
+    IdempotencyKey, KeyError,
+};
 pub use money::{MAX_AMOUNT, format_rub, validate_amount, validate_currency, validate_order_id};
 pub use problem::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};

@@ -86,6 +86,10 @@ pub struct Problem {
     /// For `refund_exceeds_payment`: what may still be refunded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refundable: Option<i64>,
+    /// For `idempotency_key_reused`: the top-level fields of the body that differ from the
+    /// key's first request (names only, never values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<String>>,
 }
 
 impl Problem {
@@ -99,6 +103,7 @@ impl Problem {
             payment_id: None,
             balance: None,
             refundable: None,
+            fields: None,
         }
     }
 }

@@ -220,6 +220,7 @@ fn read_key(row: &dyn Row) -> Result<KeyRecord, RowError> {
     };
     Ok(KeyRecord {
         request_hash: row.text("request_hash")?,
+        request_body: row.opt_text("request_body")?,
         response,
         created_at_ms: row.int("created_at")?,
     })
@@ -452,6 +453,7 @@ impl KeyTx for Tx {
                     Arg::Text(&claim.request_hash),
                     Arg::Int(claim.now_ms),
                     Arg::Int(expired_before_ms),
+                    Arg::Text(&claim.request_body),
                 ],
                 |row| row.text("claim_id"),
             )

@@ -6,7 +6,7 @@
 
 /// The fast path: a completed key is answered from here without taking any write lock.
 pub const STORED_KEY: &str = "\
-    SELECT request_hash, status, response_status, response_body, created_at \
+    SELECT request_hash, request_body, status, response_status, response_body, created_at \
       FROM idempotency_keys WHERE account_id = $1 AND idempotency_key = $2";
 
 /// The claim. A live row blocks it (no row returned: replay, mismatch or in use); an expired
@@ -14,10 +14,11 @@ pub const STORED_KEY: &str = "\
 /// code, settles concurrent claims. Databases append their own RETURNING clause.
 pub const CLAIM_KEY: &str = "\
     INSERT INTO idempotency_keys \
-           (account_id, idempotency_key, claim_id, request_hash, status, created_at) \
-    VALUES ($1, $2, $3, $4, 'in_progress', $5) \
+           (account_id, idempotency_key, claim_id, request_hash, request_body, status, created_at) \
+    VALUES ($1, $2, $3, $4, $7, 'in_progress', $5) \
     ON CONFLICT (account_id, idempotency_key) DO UPDATE \
        SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
+           request_body = excluded.request_body, \
            status = 'in_progress', response_status = NULL, response_body = NULL, \
            created_at = excluded.created_at \
      WHERE idempotency_keys.created_at < $6";
