@@ -2,6 +2,7 @@
 //! loses the network is charged exactly once. Each scenario checks what the shopper sees AND
 //! what the ledger holds.
 
+#[macro_use]
 mod browser;
 
 use browser::Checkout;
@@ -11,23 +12,7 @@ use checkout_testkit::{OPENING_BALANCE, wait_until};
 use reqwest::StatusCode;
 use serde_json::json;
 
-/// The first demo cart: 2 × 150,00 ₽ + 150,00 ₽.
-const CART: i64 = 45_000;
-
-macro_rules! scenario {
-    ($name:ident, $faults:expr, [$($backend:ident),+]) => {
-        mod $name {
-            $(
-                #[allow(non_snake_case)]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $backend() {
-                    let backend = checkout_testkit::Backend::$backend;
-                    super::Checkout::run(stringify!($name), backend, $faults, super::$name).await;
-                }
-            )+
-        }
-    };
-}
+use browser::CART;
 
 scenario!(double_click_pays_once, "", [Sqlite, Postgres]);
 scenario!(burst_of_five_clicks_pays_once, "", [Sqlite]);
@@ -78,59 +63,20 @@ scenario!(
     [Sqlite]
 );
 
-/// What every scenario ends with: one payment of the cart, the receipt on screen, the ledger
-/// consistent.
-async fn assert_paid_once(c: &Checkout) -> String {
-    let payment_id = c.wait_for_text(".payment-id", "pay_").await;
-    assert_eq!(c.count(".receipt").await, 1, "one receipt");
-    assert_eq!(
-        c.wait_for_text(".receipt-amount", "450,00").await,
-        "450,00 ₽"
-    );
-    let api = c.api().await;
-    assert_eq!(api.balance().await, OPENING_BALANCE - CART, "debited once");
-    let payment = api.get(&format!("/api/payments/{payment_id}")).await;
-    assert_eq!(payment.status, StatusCode::OK);
-    assert_eq!(payment.json()["amount"], CART);
-    assert_eq!(c.payments_in_db().await, 1);
-    c.db.assert_invariants().await;
-    payment_id
-}
-
-/// The server executed the payment once; every other copy that reached it was a replay or
-/// found the key in flight.
-fn assert_executed_once(c: &Checkout) {
-    let outcomes = c.payment_outcomes();
-    assert_eq!(
-        outcomes.iter().filter(|o| *o == "first").count(),
-        1,
-        "{outcomes:?}"
-    );
-}
-
-/// The shopper saw this status line at some point since the page was opened.
-async fn assert_status_seen(c: &Checkout, expected: &str) {
-    let statuses = c.statuses().await;
-    assert!(
-        statuses.iter().any(|s| s == expected),
-        "never showed {expected:?}: {statuses:?}"
-    );
-}
-
 async fn double_click_pays_once(c: Checkout) -> Checkout {
     c.open().await;
     let key = c.payment_key().await;
     c.click("button.pay", 2).await;
-    assert_paid_once(&c).await;
+    c.assert_paid_once().await;
     assert_eq!(c.payment_key().await, key, "the intent kept its key");
-    assert_executed_once(&c);
+    c.assert_executed_once();
     c
 }
 
 async fn burst_of_five_clicks_pays_once(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 5).await;
-    assert_paid_once(&c).await;
+    c.assert_paid_once().await;
     c
 }
 
@@ -145,7 +91,7 @@ async fn refresh_mid_payment_resumes_the_same_key(c: Checkout) -> Checkout {
         "the server is still holding the payment"
     );
     c.reload().await;
-    let receipt = assert_paid_once(&c).await;
+    let receipt = c.assert_paid_once().await;
     assert_eq!(
         c.payment_key().await,
         key,
@@ -162,7 +108,7 @@ async fn refresh_mid_payment_resumes_the_same_key(c: Checkout) -> Checkout {
 async fn refresh_after_success_shows_the_same_receipt(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
-    let receipt = assert_paid_once(&c).await;
+    let receipt = c.assert_paid_once().await;
     let (key, order) = (
         c.payment_key().await,
         c.saved_state().await["payment"]["request"]["order_id"].clone(),
@@ -175,7 +121,7 @@ async fn refresh_after_success_shows_the_same_receipt(c: Checkout) -> Checkout {
         "the same receipt after a refresh"
     );
     assert_eq!(c.payment_outcomes().len(), 1, "the refresh sent nothing");
-    assert_paid_once(&c).await;
+    c.assert_paid_once().await;
 
     c.click("button.new-purchase", 1).await;
     c.wait_for("button.pay").await;
@@ -200,8 +146,9 @@ async fn refresh_after_success_shows_the_same_receipt(c: Checkout) -> Checkout {
 async fn lost_response_is_retried_and_replayed(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
-    assert_paid_once(&c).await;
-    assert_status_seen(&c, "Соединение потеряно, повторяем… (попытка 2)").await;
+    c.assert_paid_once().await;
+    c.assert_status_seen("Соединение потеряно, повторяем… (попытка 2)")
+        .await;
     assert_eq!(
         c.payment_outcomes(),
         ["first", "replay"],
@@ -213,8 +160,9 @@ async fn lost_response_is_retried_and_replayed(c: Checkout) -> Checkout {
 async fn server_error_before_commit_runs_afresh(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
-    assert_paid_once(&c).await;
-    assert_status_seen(&c, "Сервер не ответил, повторяем… (попытка 2)").await;
+    c.assert_paid_once().await;
+    c.assert_status_seen("Сервер не ответил, повторяем… (попытка 2)")
+        .await;
     // The 503 rolled everything back, so the retry was a first execution, not a replay.
     assert_eq!(c.payment_outcomes(), ["none", "first"]);
     c
@@ -223,8 +171,8 @@ async fn server_error_before_commit_runs_afresh(c: Checkout) -> Checkout {
 async fn in_flight_duplicate_waits_for_the_first(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
-    assert_paid_once(&c).await;
-    assert_status_seen(&c, "Платёж выполняется, ждём…").await;
+    c.assert_paid_once().await;
+    c.assert_status_seen("Платёж выполняется, ждём…").await;
     assert_eq!(c.payment_outcomes(), ["conflict", "conflict", "first"]);
     c
 }
@@ -247,7 +195,7 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
         .find(|w| *w != first_tab)
         .expect("a second tab");
     c.browser.switch_to_window(second_tab).await.unwrap();
-    let receipt = assert_paid_once(&c).await;
+    let receipt = c.assert_paid_once().await;
     assert_eq!(
         c.payment_key().await,
         key,
@@ -259,7 +207,7 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
         receipt,
         "both tabs show the one receipt"
     );
-    assert_executed_once(&c);
+    c.assert_executed_once();
     c
 }
 
@@ -319,7 +267,7 @@ async fn decline_is_shown_kept_and_a_smaller_purchase_succeeds(c: Checkout) -> C
 async fn refund_double_click_credits_once_and_over_refund_is_refused(c: Checkout) -> Checkout {
     c.open().await;
     c.click("button.pay", 1).await;
-    let payment_id = assert_paid_once(&c).await;
+    let payment_id = c.assert_paid_once().await;
 
     c.type_into("#refund-amount", "100").await;
     c.click("button.refund-partial", 2).await;
@@ -364,7 +312,7 @@ async fn server_killed_while_retrying_ends_on_one_receipt(mut c: Checkout) -> Ch
     )
     .await;
     c.restart_server_on_same_port().await;
-    assert_paid_once(&c).await;
+    c.assert_paid_once().await;
     let statuses = c.statuses().await;
     assert!(
         statuses
@@ -409,7 +357,7 @@ async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -
     );
     // …while the widget, loaded by its own hashed loader, works.
     c.click("button.pay", 1).await;
-    assert_paid_once(&c).await;
+    c.assert_paid_once().await;
     assert_eq!(
         c.js("return window.__violations;").await,
         json!(["script-src-elem"]),

@@ -14,6 +14,7 @@
 //! | `fail_after_commit=N` | the first N commit, then answer `503` (the answer is lost) |
 //! | `drop_after_commit=N` | the first N commit, then cut the connection mid-answer |
 //! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
+//! | `delay_account_ms=MS` | (not keyed) `GET /api/account` answers MS late |
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -52,7 +53,14 @@ pub fn main() -> ExitCode {
         wrap: Some(Box::new(move |router: Router| {
             router.layer(middleware::from_fn(move |request: Request, next: Next| {
                 let faults = after_commit.clone();
-                async move { faults.after_commit(next.run(request).await).await }
+                async move {
+                    let account = request.uri().path() == "/api/account";
+                    let response = next.run(request).await;
+                    if account {
+                        tokio::time::sleep(faults.delay_account).await;
+                    }
+                    faults.after_commit(response).await
+                }
             }))
         })),
     })
@@ -67,6 +75,7 @@ pub struct Faults {
     fail_after_commit: AtomicU64,
     drop_after_commit: AtomicU64,
     drop_after_commit_percent: u64,
+    delay_account: Duration,
     claims_seen: Mutex<HashMap<String, u64>>,
 }
 
@@ -89,6 +98,7 @@ impl Faults {
                 "fail_after_commit" => faults.fail_after_commit = AtomicU64::new(value),
                 "drop_after_commit" => faults.drop_after_commit = AtomicU64::new(value),
                 "drop_after_commit_percent" => faults.drop_after_commit_percent = value,
+                "delay_account_ms" => faults.delay_account = Duration::from_millis(value),
                 other => return Err(format!("unknown fault {other}")),
             }
         }

@@ -1,18 +1,37 @@
-//! The Leptos component: it only wires the plain state in [`crate::checkout`] to signals,
-//! `sessionStorage` and the network. Every change of state is saved before anything is sent.
+//! The Leptos component: it only wires the plain state in [`crate::checkout`] and
+//! [`crate::intent`] to signals, `sessionStorage`, the other tabs and the network. Every change
+//! of state is saved, and told to the other tabs, before anything is sent.
 
-use checkout_shared::{DemoSession, Payment, format_rub};
+use std::cell::RefCell;
+
+use checkout_shared::{DemoSession, Payment, PaymentDetails, Refund, format_rub};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
-use crate::checkout::{Checkout, Seed, parse_rub, payment_status, refund_status};
-use crate::intent::{Intent, Phase, RetryPolicy};
-use crate::{api, storage};
+use crate::checkout::{
+    self, Checkout, Order, Read, RefundOrder, RefundStart, Seed, parse_rub, payment_status,
+    refund_status, refund_still_pending,
+};
+use crate::intent::{Intent, Phase, Resume, RetryPolicy, WhenForgotten};
+use crate::{api, messages, storage, tabs};
+
+/// Lookups and fetches that find no server are retried this many times before the shopper is
+/// told (nothing is lost: the intent stays pending).
+const FINDING_OUT_TRIES: u32 = 12;
 
 pub fn start() {
     leptos::mount::mount_to_body(App);
+}
+
+thread_local! {
+    /// The other tabs of this origin (see [`tabs`]).
+    static CHANNEL: RefCell<Option<tabs::Channel>> = const { RefCell::new(None) };
+}
+
+fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
 }
 
 fn random_bytes<const N: usize>() -> [u8; N] {
@@ -33,11 +52,11 @@ fn seed() -> Seed {
     }
 }
 
-/// Changes the state and saves it at once, so that a key is on disk before it is sent.
-fn change<R>(checkout: RwSignal<Checkout>, f: impl FnOnce(&mut Checkout) -> R) -> Option<R> {
-    let result = checkout.try_update(f);
-    checkout.with_untracked(|c| storage::save(storage::STATE, c));
-    result
+/// Which kind of intent a task is working on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    Payment,
+    Refund,
 }
 
 #[derive(Clone, Copy)]
@@ -46,6 +65,134 @@ struct Widget {
     session: RwSignal<Option<DemoSession>>,
     balance: RwSignal<Option<i64>>,
     session_error: RwSignal<Option<String>>,
+    /// An intent of this kind is being worked on in another tab: this one waits.
+    elsewhere: RwSignal<Option<Which>>,
+}
+
+/// Changes the state, then saves it and tells the other tabs, before anything is sent.
+fn change<R>(widget: Widget, f: impl FnOnce(&mut Checkout) -> R) -> Option<R> {
+    let result = widget.checkout.try_update(f);
+    let text = widget.checkout.with_untracked(checkout::write_saved);
+    if !storage::write(storage::STATE, &text) {
+        widget
+            .checkout
+            .update(|c| c.notice = Some(messages::STATE_NOT_SAVED.into()));
+    }
+    CHANNEL.with(|channel| {
+        if let Some(channel) = &*channel.borrow() {
+            channel.publish(&text);
+        }
+    });
+    result
+}
+
+/// Another tab's state, taken when it is about the same purchase (the same payment key).
+fn from_another_tab(widget: Widget, text: &str) {
+    let Read::Current(theirs) = checkout::read_saved(text) else {
+        return;
+    };
+    let same = widget
+        .checkout
+        .with_untracked(|ours| ours.payment.key == theirs.payment.key);
+    if same {
+        widget.checkout.set(theirs);
+        storage::write(storage::STATE, text);
+    }
+}
+
+/// What differs between a payment and a refund, for the one loop that drives both.
+trait Kind: 'static {
+    type Request;
+    type Receipt: DeserializeOwned + Clone + 'static;
+    const WHICH: Which;
+    fn intent(c: &mut Checkout) -> Option<&mut Intent<Self::Request, Self::Receipt>>;
+    fn path_and_body(request: &Self::Request) -> (String, Value);
+    fn when_forgotten(c: &Checkout) -> WhenForgotten;
+    /// Files an outcome where it belongs, in the same change that recorded it.
+    fn file(_c: &mut Checkout) {}
+    /// The payment to fetch for a [`Resume::Confirm`] or a [`Resume::Reconcile`].
+    fn payment_to_fetch(c: &Checkout, confirm: Option<String>) -> Option<String>;
+    /// What the fetched payment says of this intent.
+    fn found(c: &mut Checkout, details: &PaymentDetails);
+}
+
+struct PaymentKind;
+struct RefundKind;
+
+impl Kind for PaymentKind {
+    type Request = Order;
+    type Receipt = Payment;
+    const WHICH: Which = Which::Payment;
+
+    fn intent(c: &mut Checkout) -> Option<&mut Intent<Order, Payment>> {
+        Some(&mut c.payment)
+    }
+
+    fn path_and_body(order: &Order) -> (String, Value) {
+        let body = serde_json::to_value(order.request()).expect("a request serializes");
+        ("/api/payments".into(), body)
+    }
+
+    fn when_forgotten(c: &Checkout) -> WhenForgotten {
+        if c.recovering {
+            WhenForgotten::AwaitClick
+        } else {
+            WhenForgotten::Resend
+        }
+    }
+
+    fn payment_to_fetch(_: &Checkout, confirm: Option<String>) -> Option<String> {
+        confirm
+    }
+
+    fn found(c: &mut Checkout, details: &PaymentDetails) {
+        c.payment.succeed_with(details.payment.clone());
+        c.sync_refunds(details);
+    }
+}
+
+impl Kind for RefundKind {
+    type Request = RefundOrder;
+    type Receipt = Refund;
+    const WHICH: Which = Which::Refund;
+
+    fn intent(c: &mut Checkout) -> Option<&mut Intent<RefundOrder, Refund>> {
+        c.refund.as_mut()
+    }
+
+    fn path_and_body(order: &RefundOrder) -> (String, Value) {
+        let body = serde_json::to_value(order.request()).expect("a request serializes");
+        (format!("/api/payments/{}/refunds", order.payment_id), body)
+    }
+
+    fn when_forgotten(_: &Checkout) -> WhenForgotten {
+        WhenForgotten::Reconcile
+    }
+
+    fn file(c: &mut Checkout) {
+        c.settle_refund();
+    }
+
+    fn payment_to_fetch(c: &Checkout, _: Option<String>) -> Option<String> {
+        c.refund.as_ref().map(|r| r.request.payment_id.clone())
+    }
+
+    fn found(c: &mut Checkout, details: &PaymentDetails) {
+        match c.unknown_refund_of(details) {
+            Some(refund) => {
+                if let Some(intent) = c.refund.as_mut() {
+                    intent.succeed_with(refund);
+                }
+            }
+            None => {
+                if let Some(intent) = c.refund.as_mut() {
+                    intent.found_nothing();
+                }
+            }
+        }
+        c.sync_refunds(details);
+        c.settle_refund();
+    }
 }
 
 impl Widget {
@@ -55,91 +202,228 @@ impl Widget {
     }
 
     async fn refresh_balance(self) {
-        if let Some(token) = self.token()
-            && let Ok(account) = api::account(&token).await
-        {
-            self.balance.set(Some(account.balance));
+        let Some(token) = self.token() else { return };
+        match api::account(&token).await {
+            Ok(account) => self.balance.set(Some(account.balance)),
+            Err(api::Failure::Unauthorized) => {
+                if self.renew_session().await {
+                    Box::pin(self.refresh_balance()).await;
+                }
+            }
+            Err(_) => {}
         }
     }
 
-    /// Sends the payment intent until it has an outcome. Started by every click and on load;
-    /// only the first start of an attempt sends anything, the rest find it on its way.
-    fn pay(self) {
+    /// A new demo shopper when the server no longer knows this one; the shopper is told.
+    async fn renew_session(self) -> bool {
+        match api::demo_session().await {
+            Ok(session) => {
+                storage::save(storage::SESSION, &session);
+                self.session.set(Some(session));
+                change(self, |c| c.notice = Some(messages::SESSION_RENEWED.into()));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Works on one intent until there is nothing more to do for it now: sends it, looks its
+    /// key up, fetches what settles it, renews the session. One tab at a time per key.
+    fn advance<K: Kind>(self, clicked: bool) {
         spawn_local(async move {
-            drive(
-                self,
-                |c| Some(&mut c.payment),
-                |order| ("/api/payments".to_owned(), order.request()),
-            )
+            let Some(key) = self
+                .checkout
+                .try_update_untracked(|c| K::intent(c).map(|i| i.key.clone()))
+                .flatten()
+            else {
+                return;
+            };
+            let lock = format!("checkout-intent:{key}");
+            tabs::one_at_a_time(&lock, || self.elsewhere.set(Some(K::WHICH)), async move {
+                self.elsewhere.set(None);
+                self.work_on::<K>(clicked).await;
+            })
             .await;
+            self.refresh_balance().await;
         });
+    }
+
+    async fn work_on<K: Kind>(self, clicked: bool) {
+        let mut first = true;
+        let mut tries = 0;
+        loop {
+            let now = now_ms();
+            let step = change(self, |c| {
+                let intent = K::intent(c)?;
+                Some(if clicked && first && intent.sendable_by_hand() {
+                    Resume::Send
+                } else if first {
+                    // Holding the lock: a send in flight belongs to a page that is gone.
+                    intent.resume_after_reload();
+                    intent.resume(now)
+                } else {
+                    intent.next_step()
+                })
+            })
+            .flatten()
+            .unwrap_or(Resume::Nothing);
+            first = false;
+            let Some(token) = self.token() else { return };
+            let progressed = match step {
+                Resume::Nothing => return,
+                Resume::Send => {
+                    self.send::<K>(&token).await;
+                    true
+                }
+                Resume::LookUp => self.look_up::<K>(&token).await,
+                Resume::Confirm(payment_id) => {
+                    self.fetch_payment::<K>(&token, Some(payment_id)).await
+                }
+                Resume::Reconcile => self.fetch_payment::<K>(&token, None).await,
+                Resume::Renew => {
+                    if self.renew_session().await {
+                        change(self, |c| K::intent(c).map(Intent::session_renewed));
+                    } else {
+                        change(self, |c| K::intent(c).map(Intent::session_lost));
+                    }
+                    true
+                }
+            };
+            if progressed {
+                tries = 0;
+            } else {
+                tries += 1;
+                if tries >= FINDING_OUT_TRIES {
+                    change(self, |c| K::intent(c).map(Intent::give_up));
+                    return;
+                }
+                let delay = RetryPolicy::WIDGET.delay(tries, js_sys::Math::random(), None);
+                gloo_timers::future::sleep(delay).await;
+            }
+        }
+    }
+
+    /// The retry loop of one round: same key, same body, backoff between attempts.
+    async fn send<K: Kind>(self, token: &str) {
+        loop {
+            let now = now_ms();
+            let next = change(self, |c| {
+                let intent = K::intent(c)?;
+                // A resend with a key that may be forgotten by now: find out first.
+                if intent.key_expires_at_ms.is_some() && !intent.key_surely_known(now) {
+                    intent.start_lookup();
+                    return None;
+                }
+                intent.start_attempt()?;
+                Some((intent.key.clone(), K::path_and_body(&intent.request)))
+            })
+            .flatten();
+            let Some((key, (path, body))) = next else {
+                return;
+            };
+            let attempt = api::post_keyed(&path, token, &key, &body).await;
+            let wait = change(self, |c| {
+                let wait = K::intent(c)?.finish_attempt(
+                    &attempt,
+                    &RetryPolicy::WIDGET,
+                    js_sys::Math::random(),
+                    now_ms(),
+                );
+                K::file(c);
+                wait
+            })
+            .flatten();
+            match wait {
+                Some(delay) => gloo_timers::future::sleep(delay).await,
+                None => return,
+            }
+        }
+    }
+
+    /// Asks the server what became of the key. `false`: no answer (tried again later).
+    async fn look_up<K: Kind>(self, token: &str) -> bool {
+        let Some(key) = change(self, |c| {
+            let intent = K::intent(c)?;
+            intent.start_lookup().then(|| intent.key.clone())
+        })
+        .flatten() else {
+            return true;
+        };
+        match api::key_status(token, &key).await {
+            Ok(found) => {
+                change(self, |c| {
+                    let when = K::when_forgotten(c);
+                    if let Some(intent) = K::intent(c) {
+                        intent.finish_lookup(found, when);
+                    }
+                    c.recovering = false;
+                    K::file(c);
+                });
+                true
+            }
+            Err(api::Failure::Unauthorized) => {
+                change(self, |c| K::intent(c).map(Intent::unauthorized));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Fetches the payment that settles the intent (the paid order's; a refund's own payment).
+    async fn fetch_payment<K: Kind>(self, token: &str, confirm: Option<String>) -> bool {
+        let Some(payment_id) = self
+            .checkout
+            .with_untracked(|c| K::payment_to_fetch(c, confirm))
+        else {
+            return true;
+        };
+        match api::payment(token, &payment_id).await {
+            Ok(details) => {
+                change(self, |c| K::found(c, &details));
+                true
+            }
+            Err(api::Failure::Unauthorized) => {
+                change(self, |c| K::intent(c).map(Intent::unauthorized));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn pay(self) {
+        self.advance::<PaymentKind>(true);
     }
 
     fn refund(self) {
-        spawn_local(async move {
-            drive(
-                self,
-                |c| c.refund.as_mut(),
-                |order| {
-                    (
-                        format!("/api/payments/{}/refunds", order.payment_id),
-                        order.request(),
-                    )
-                },
-            )
-            .await;
-            change(self.checkout, Checkout::settle_refund);
-        });
+        self.advance::<RefundKind>(true);
     }
-}
-
-/// The retry loop of one intent: same key, same body, backoff between attempts.
-async fn drive<Req, Receipt, Body>(
-    widget: Widget,
-    pick: impl Fn(&mut Checkout) -> Option<&mut Intent<Req, Receipt>>,
-    request: impl Fn(&Req) -> (String, Body),
-) where
-    Receipt: DeserializeOwned,
-    Body: Serialize,
-{
-    let Some(token) = widget.token() else { return };
-    loop {
-        let next = change(widget.checkout, |c| {
-            let intent = pick(c)?;
-            intent.start_attempt()?;
-            let (path, body) = request(&intent.request);
-            Some((intent.key.clone(), path, body))
-        })
-        .flatten();
-        let Some((key, path, body)) = next else { break };
-        let attempt = api::post_keyed(&path, &token, &key, &body).await;
-        let wait = change(widget.checkout, |c| {
-            pick(c)?.finish_attempt(&attempt, &RetryPolicy::WIDGET, js_sys::Math::random())
-        })
-        .flatten();
-        match wait {
-            Some(delay) => gloo_timers::future::sleep(delay).await,
-            None => break,
-        }
-    }
-    widget.refresh_balance().await;
 }
 
 #[component]
 pub fn App() -> impl IntoView {
-    let checkout = RwSignal::new(
-        storage::load::<Checkout>(storage::STATE).unwrap_or_else(|| Checkout::new(0, seed())),
-    );
+    let now = now_ms();
+    let saved = storage::read(storage::STATE);
+    let restored = checkout::restore(saved.as_deref(), seed(), now);
+    if restored.keep_aside
+        && let Some(text) = &saved
+    {
+        storage::keep_aside(text, now);
+    }
     let widget = Widget {
-        checkout,
+        checkout: RwSignal::new(restored.checkout),
         session: RwSignal::new(storage::load(storage::SESSION)),
         balance: RwSignal::new(None),
         session_error: RwSignal::new(None),
+        elsewhere: RwSignal::new(None),
     };
+    CHANNEL.with(|channel| {
+        *channel.borrow_mut() = tabs::Channel::join(move |text| from_another_tab(widget, &text));
+    });
     // The intent (and its key) is saved the moment it exists.
-    change(checkout, |_| ());
+    change(widget, |_| ());
 
-    // On load: get a shopper, then resume whatever was in flight when the page went away.
+    // On load: get a shopper, learn the payment's refunds from the server, then resume
+    // whatever was in flight when the page went away.
     spawn_local(async move {
         if widget.token().is_none() {
             match api::demo_session().await {
@@ -147,39 +431,35 @@ pub fn App() -> impl IntoView {
                     storage::save(storage::SESSION, &session);
                     widget.session.set(Some(session));
                 }
-                Err(error) => {
-                    widget
-                        .session_error
-                        .set(Some(format!("Не удалось открыть демо-сессию: {error}")));
+                Err(_) => {
+                    widget.session_error.set(Some(
+                        "Не удалось открыть демо-сессию: обновите страницу".into(),
+                    ));
                     return;
                 }
             }
         }
-        let resume_payment = change(checkout, |c| {
-            c.payment.resume_after_reload();
-            c.payment.is_pending() && c.payment.phase != Phase::Created
-        });
-        let resume_refund = change(checkout, |c| {
-            let refund = c.refund.as_mut()?;
-            refund.resume_after_reload();
-            Some(refund.is_pending() && refund.phase != Phase::Created)
-        })
-        .flatten();
-        if resume_payment == Some(true) {
-            widget.pay();
+        let paid = widget
+            .checkout
+            .with_untracked(|c| c.receipt().map(|p| p.payment_id.clone()));
+        if let (Some(payment_id), Some(token)) = (paid, widget.token())
+            && let Ok(details) = api::payment(&token, &payment_id).await
+        {
+            change(widget, |c| c.sync_refunds(&details));
         }
-        if resume_refund == Some(true) {
-            widget.refund();
-        }
+        widget.advance::<PaymentKind>(false);
+        widget.advance::<RefundKind>(false);
         widget.refresh_balance().await;
     });
 
+    let notice = move || widget.checkout.with(|c| c.notice.clone());
     view! {
         <main class="page">
             <section class="card" aria-labelledby="checkout-title">
+                {move || notice().map(|text| view! { <p class="notice" role="alert">{text}</p> })}
                 <OrderSummary widget />
                 {move || {
-                    let settled = checkout.with(|c| !c.payment.is_pending());
+                    let settled = widget.checkout.with(|c| !c.payment.is_pending());
                     if settled { view! { <Outcome widget /> }.into_any() } else { view! { <PayPanel widget /> }.into_any() }
                 }}
                 <footer class="account">
@@ -223,9 +503,16 @@ fn OrderSummary(widget: Widget) -> impl IntoView {
 
 #[component]
 fn PayPanel(widget: Widget) -> impl IntoView {
-    let in_flight = move || widget.checkout.with(|c| c.payment.is_in_flight());
+    let waiting = move || widget.elsewhere.get() == Some(Which::Payment);
+    let in_flight = move || waiting() || widget.checkout.with(|c| c.payment.is_in_flight());
     let no_session = move || widget.session.with(Option::is_none);
-    let status = move || widget.checkout.with(|c| payment_status(&c.payment));
+    let status = move || {
+        if waiting() {
+            format!("Платёж {}", messages::OTHER_TAB)
+        } else {
+            widget.checkout.with(|c| payment_status(&c.payment))
+        }
+    };
     let failed = move || {
         widget
             .checkout
@@ -251,8 +538,8 @@ fn PayPanel(widget: Widget) -> impl IntoView {
 fn Outcome(widget: Widget) -> impl IntoView {
     let checkout = widget.checkout;
     let new_purchase = move |_| {
-        change(checkout, |c| {
-            if let Some(next) = c.next_purchase(seed()) {
+        change(widget, |c| {
+            if let Some(next) = c.next_purchase(seed(), now_ms()) {
                 *c = next;
             }
         });
@@ -295,12 +582,18 @@ fn RefundPanel(widget: Widget) -> impl IntoView {
     let refundable = move || checkout.with(Checkout::refundable);
     let amount_text = RwSignal::new(String::new());
     let input_error = RwSignal::new(None::<String>);
+    let waiting = move || widget.elsewhere.get() == Some(Which::Refund);
     let refund_in_flight =
-        move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| r.is_in_flight()));
+        move || waiting() || checkout.with(|c| c.refund.as_ref().is_some_and(|r| r.is_in_flight()));
     let refund_settled =
         move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| !r.is_pending()));
-    let status =
-        move || checkout.with(|c| c.refund.as_ref().map(refund_status).unwrap_or_default());
+    let status = move || {
+        if waiting() {
+            format!("Возврат {}", messages::OTHER_TAB)
+        } else {
+            checkout.with(|c| c.refund.as_ref().map(refund_status).unwrap_or_default())
+        }
+    };
 
     let submit = move |amount: Option<i64>| {
         let Some(amount) = amount.filter(|a| *a > 0) else {
@@ -310,8 +603,13 @@ fn RefundPanel(widget: Widget) -> impl IntoView {
             return;
         };
         input_error.set(None);
-        if change(checkout, |c| c.begin_refund(amount, random_bytes())) == Some(true) {
-            widget.refund();
+        match change(widget, |c| c.begin_refund(amount, random_bytes(), now_ms())) {
+            Some(RefundStart::New) => widget.refund(),
+            Some(RefundStart::StillPending { amount }) => {
+                input_error.set(Some(refund_still_pending(amount)));
+                widget.refund();
+            }
+            Some(RefundStart::NothingToRefund) | None => {}
         }
     };
 
@@ -330,7 +628,7 @@ fn RefundPanel(widget: Widget) -> impl IntoView {
                 view! {
                     <p class="status refund-status" role="status" aria-live="polite">{status}</p>
                     <button class="secondary another-refund" type="button"
-                        on:click=move |_| { change(checkout, Checkout::clear_refund); }
+                        on:click=move |_| { change(widget, Checkout::clear_refund); }
                         disabled=move || refundable() == 0>
                         "Ещё один возврат"
                     </button>

@@ -1,10 +1,16 @@
 //! The widget's whole state as plain data: the cart, the payment intent, the refunds, and the
-//! words the shopper reads. Everything here is persisted in `sessionStorage` as one JSON value.
+//! words the shopper reads. Everything here is persisted in `sessionStorage` as one JSON value,
+//! inside a versioned envelope ([`Saved`]): a state this release cannot read is never silently
+//! replaced, its intent is recovered from what can be salvaged of it ([`salvage`]).
 
-use checkout_shared::{CreatePayment, CreateRefund, ErrorCode, Payment, Refund, format_rub};
+use checkout_shared::{
+    CreatePayment, CreateRefund, ErrorCode, Payment, PaymentDetails, Refund, format_rub,
+};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::intent::{Intent, Phase, RetryReason, new_key};
+use crate::messages;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
@@ -94,11 +100,30 @@ pub struct Checkout {
     pub refund: Option<RefundIntent>,
     /// Refunds made against this payment, in order.
     pub refunds: Vec<Refund>,
+    /// Something the shopper must be told that is not the status of an intent.
+    #[serde(default)]
+    pub notice: Option<String>,
+    /// The payment intent was salvaged from a state that could not be read: if the server
+    /// never saw its key, it waits for a click instead of being sent on its own.
+    #[serde(default)]
+    pub recovering: bool,
+}
+
+/// What a click on «Вернуть» did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RefundStart {
+    /// A new refund intent, with its own key: send it.
+    New,
+    /// A refund of `amount` is still unsettled: it is sent again as it is, and the new amount
+    /// is not (the shopper is told).
+    StillPending { amount: i64 },
+    /// Nothing has been paid.
+    NothingToRefund,
 }
 
 impl Checkout {
     /// A new purchase: a new order and a new key, both made now, once.
-    pub fn new(purchase: u32, seed: Seed) -> Checkout {
+    pub fn new(purchase: u32, seed: Seed, now_ms: i64) -> Checkout {
         let order_id = format!(
             "ORD-{}",
             seed.order
@@ -113,15 +138,17 @@ impl Checkout {
         };
         Checkout {
             purchase,
-            payment: Intent::new(new_key(seed.key), order),
+            payment: Intent::new(new_key(seed.key), order, now_ms),
             refund: None,
             refunds: Vec::new(),
+            notice: None,
+            recovering: false,
         }
     }
 
     /// «Новая покупка»: only once this one has an outcome, never while its outcome is unknown.
-    pub fn next_purchase(&self, seed: Seed) -> Option<Checkout> {
-        (!self.payment.is_pending()).then(|| Checkout::new(self.purchase + 1, seed))
+    pub fn next_purchase(&self, seed: Seed, now_ms: i64) -> Option<Checkout> {
+        (!self.payment.is_pending()).then(|| Checkout::new(self.purchase + 1, seed, now_ms))
     }
 
     pub fn receipt(&self) -> Option<&Payment> {
@@ -138,22 +165,31 @@ impl Checkout {
     }
 
     /// Makes a refund intent with its own key, unless one is already unsettled: a second click
-    /// reuses it instead of making another key. Returns whether the intent may be sent.
-    pub fn begin_refund(&mut self, amount: i64, key_seed: [u8; 16]) -> bool {
+    /// reuses it instead of making another key, and a different amount is not taken silently.
+    pub fn begin_refund(&mut self, amount: i64, key_seed: [u8; 16], now_ms: i64) -> RefundStart {
         let Some(payment_id) = self.receipt().map(|p| p.payment_id.clone()) else {
-            return false;
+            return RefundStart::NothingToRefund;
         };
-        if self.refund.as_ref().is_some_and(|r| r.is_pending()) {
-            return true;
+        if let Some(pending) = self.refund.as_ref().filter(|r| r.is_pending()) {
+            return if pending.request.amount == amount {
+                RefundStart::New
+            } else {
+                RefundStart::StillPending {
+                    amount: pending.request.amount,
+                }
+            };
         }
         self.refund = Some(Intent::new(
             new_key(key_seed),
             RefundOrder { payment_id, amount },
+            now_ms,
         ));
-        true
+        RefundStart::New
     }
 
     /// Files a succeeded refund under the payment once, however often its answer arrives.
+    /// Called in the same change that records the answer, so that a reload never finds the
+    /// refund succeeded but missing from the list.
     pub fn settle_refund(&mut self) {
         if let Some(Phase::Succeeded { receipt }) = self.refund.as_ref().map(|r| &r.phase)
             && !self
@@ -165,12 +201,193 @@ impl Checkout {
         }
     }
 
+    /// The payment's refunds as the server has them (the truth, e.g. after another tab refunded).
+    pub fn sync_refunds(&mut self, details: &PaymentDetails) {
+        if self.receipt().map(|p| &p.payment_id) == Some(&details.payment.payment_id) {
+            self.refunds = details.refunds.clone();
+        }
+    }
+
+    /// For a refund whose key the server forgot: the refund it made, if the payment has one
+    /// this widget did not know of, of the refund's amount (the newest such).
+    pub fn unknown_refund_of(&self, details: &PaymentDetails) -> Option<Refund> {
+        let amount = self.refund.as_ref()?.request.amount;
+        details
+            .refunds
+            .iter()
+            .rev()
+            .find(|r| {
+                r.amount == amount && !self.refunds.iter().any(|k| k.refund_id == r.refund_id)
+            })
+            .cloned()
+    }
+
     /// «Ещё один возврат»: clears a settled refund so that the form shows again.
     pub fn clear_refund(&mut self) {
         if !self.refund.as_ref().is_some_and(|r| r.is_pending()) {
             self.refund = None;
         }
     }
+}
+
+/// The version of [`Saved`] this release writes.
+pub const STATE_VERSION: u32 = 2;
+
+/// The saved state's envelope. Version 1 was a bare [`Checkout`] (without the fields added
+/// since, which default).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Saved {
+    pub version: u32,
+    pub checkout: Checkout,
+}
+
+/// What a saved text turned out to be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Read {
+    Current(Checkout),
+    /// An older version, brought up to this one.
+    Migrated(Checkout),
+    /// Not a state this release can read: keep it aside, and salvage what can be.
+    Unreadable,
+}
+
+pub fn read_saved(text: &str) -> Read {
+    if let Ok(saved) = serde_json::from_str::<Saved>(text) {
+        if saved.version == STATE_VERSION {
+            return Read::Current(saved.checkout);
+        }
+        return Read::Unreadable;
+    }
+    match serde_json::from_str::<Checkout>(text) {
+        Ok(v1) => Read::Migrated(v1),
+        Err(_) => Read::Unreadable,
+    }
+}
+
+pub fn write_saved(checkout: &Checkout) -> String {
+    serde_json::to_string(&Saved {
+        version: STATE_VERSION,
+        checkout: checkout.clone(),
+    })
+    .expect("the state serializes")
+}
+
+/// The state a page starts from, and whether the saved text must be kept aside (never
+/// overwritten) because it could not be read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Restored {
+    pub checkout: Checkout,
+    pub keep_aside: bool,
+}
+
+/// From what `sessionStorage` held (if anything) to the state to start from: the saved state,
+/// migrated if old; or, if it cannot be read, the intent salvaged from it (to be looked up);
+/// or a new purchase, with the shopper told that something could not be read.
+pub fn restore(saved: Option<&str>, seed: Seed, now_ms: i64) -> Restored {
+    let fresh = |notice: Option<&str>| {
+        let mut checkout = Checkout::new(0, seed, now_ms);
+        checkout.notice = notice.map(str::to_owned);
+        checkout
+    };
+    let Some(text) = saved else {
+        return Restored {
+            checkout: fresh(None),
+            keep_aside: false,
+        };
+    };
+    match read_saved(text) {
+        Read::Current(checkout) | Read::Migrated(checkout) => Restored {
+            checkout,
+            keep_aside: false,
+        },
+        Read::Unreadable => Restored {
+            checkout: salvage(text, now_ms)
+                .unwrap_or_else(|| fresh(Some(messages::STATE_UNREADABLE_NOTHING_FOUND))),
+            keep_aside: true,
+        },
+    }
+}
+
+/// The payment intent found in a state that cannot be read as a whole (a renamed field, a
+/// truncated write): its key and its order, wherever they are. The intent's fate is then
+/// learned from the server before anything is offered again; nothing is sent without that.
+pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
+    let (purchase, key, order_id, items) = match serde_json::from_str::<Value>(text) {
+        Ok(value) => {
+            let (purchase, intent) = find_payment_intent(&value, 0)?;
+            let request = intent.get("request")?;
+            let items = request
+                .get("items")
+                .and_then(|items| serde_json::from_value(items.clone()).ok());
+            (
+                purchase,
+                intent.get("key")?.as_str()?.to_owned(),
+                request.get("order_id")?.as_str()?.to_owned(),
+                items,
+            )
+        }
+        // Not JSON (a write cut short): the payment intent comes first in the saved text, so its
+        // key and order are usually still there.
+        Err(_) => (
+            text_field(text, "\"purchase\":")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            text_field(text, "\"key\":\"")?,
+            text_field(text, "\"order_id\":\"")?,
+            None,
+        ),
+    };
+    checkout_shared::IdempotencyKey::parse(&key).ok()?;
+    checkout_shared::validate_order_id(&order_id).ok()?;
+    let items = items.unwrap_or_else(|| demo_cart(purchase));
+    let order = Order {
+        order_id,
+        items,
+        currency: "RUB".into(),
+    };
+    let mut payment = Intent::new(key, order, now_ms);
+    // Whether it was ever sent is unknown: the server is asked.
+    payment.phase = Phase::LookingUp;
+    Some(Checkout {
+        purchase,
+        payment,
+        refund: None,
+        refunds: Vec::new(),
+        notice: Some(messages::STATE_UNREADABLE.into()),
+        recovering: true,
+    })
+}
+
+/// The text after the first `prefix`, up to the next `"`, `,` or `}`.
+fn text_field(text: &str, prefix: &str) -> Option<String> {
+    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let end = rest.find(['"', ',', '}'])?;
+    Some(rest[..end].to_owned())
+}
+
+/// The first object holding a `key` and a `request` with an `order_id`, with the `purchase`
+/// number of the object around it, if any.
+fn find_payment_intent(value: &Value, purchase: u32) -> Option<(u32, &Value)> {
+    let Value::Object(map) = value else {
+        return match value {
+            Value::Array(items) => items.iter().find_map(|v| find_payment_intent(v, purchase)),
+            _ => None,
+        };
+    };
+    let purchase = map
+        .get("purchase")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(purchase);
+    let is_intent = map.get("key").is_some_and(Value::is_string)
+        && map
+            .get("request")
+            .and_then(|r| r.get("order_id"))
+            .is_some_and(Value::is_string);
+    if is_intent {
+        return Some((purchase, value));
+    }
+    map.values().find_map(|v| find_payment_intent(v, purchase))
 }
 
 /// Roubles as a shopper types them («150», «150,5», «1 200.50») → kopecks.
@@ -207,6 +424,10 @@ pub fn payment_status(intent: &PaymentIntent) -> String {
             after: Some(reason),
         } => retry_text(*reason, *attempt, "Платёж"),
         Phase::Retrying { attempt, reason } => retry_text(*reason, attempt + 1, "Платёж"),
+        Phase::LookingUp => "Проверяем, прошёл ли платёж…".into(),
+        Phase::Confirming { .. } => "Заказ уже оплачен, загружаем чек…".into(),
+        Phase::Reconciling => "Проверяем, прошёл ли платёж…".into(),
+        Phase::NeedsSession => "Обновляем демо-сессию…".into(),
         Phase::Succeeded { .. } => "Оплачено".into(),
         Phase::Declined { problem } => match problem.code {
             ErrorCode::InsufficientFunds => match problem.balance {
@@ -216,8 +437,7 @@ pub fn payment_status(intent: &PaymentIntent) -> String {
                 ),
                 None => "Отказ: недостаточно средств".into(),
             },
-            ErrorCode::OrderAlreadyPaid => "Этот заказ уже оплачен".into(),
-            _ => format!("Отказ: {}", problem.detail),
+            code => format!("Отказ: {}", messages::refusal(code)),
         },
         Phase::Failed {
             retryable: true, ..
@@ -236,6 +456,10 @@ pub fn refund_status(intent: &RefundIntent) -> String {
             after: Some(reason),
         } => retry_text(*reason, *attempt, "Возврат"),
         Phase::Retrying { attempt, reason } => retry_text(*reason, attempt + 1, "Возврат"),
+        Phase::LookingUp | Phase::Reconciling | Phase::Confirming { .. } => {
+            "Проверяем, прошёл ли возврат…".into()
+        }
+        Phase::NeedsSession => "Обновляем демо-сессию…".into(),
         Phase::Succeeded { receipt } => format!("Возвращено {}", format_rub(receipt.amount)),
         Phase::Declined { problem } => match (problem.code, problem.refundable) {
             (ErrorCode::RefundExceedsPayment, Some(left)) => {
@@ -244,13 +468,21 @@ pub fn refund_status(intent: &RefundIntent) -> String {
                     format_rub(left)
                 )
             }
-            _ => format!("Возврат отклонён: {}", problem.detail),
+            (code, _) => format!("Возврат отклонён: {}", messages::refusal(code)),
         },
         Phase::Failed {
             retryable: true, ..
         } => "Нет связи с сервером. Повторите: дважды деньги не вернутся.".into(),
         Phase::Failed { message, .. } => format!("Возврат не прошёл: {message}"),
     }
+}
+
+/// Said when a new amount was typed while a refund is still unsettled.
+pub fn refund_still_pending(amount: i64) -> String {
+    format!(
+        "Сначала завершится начатый возврат {}: новая сумма не учтена.",
+        format_rub(amount)
+    )
 }
 
 fn retry_text(reason: RetryReason, attempt: u32, what: &str) -> String {
@@ -268,7 +500,7 @@ fn retry_text(reason: RetryReason, attempt: u32, what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intent::{Attempt, RetryPolicy};
+    use crate::intent::{Attempt, Lookup, Resume, RetryPolicy, WhenForgotten};
     use checkout_shared::{PaymentStatus, Problem};
 
     fn seed(n: u8) -> Seed {
@@ -278,9 +510,8 @@ mod tests {
         }
     }
 
-    fn paid(checkout: &mut Checkout) {
-        checkout.payment.start_attempt();
-        let receipt = Payment {
+    fn receipt_of(checkout: &Checkout) -> Payment {
+        Payment {
             payment_id: "pay_1".into(),
             order_id: checkout.payment.request.order_id.clone(),
             amount: checkout.payment.request.total(),
@@ -288,31 +519,43 @@ mod tests {
             status: PaymentStatus::Succeeded,
             balance: 55_000,
             created_at: "2026-12-02T10:00:00Z".into(),
-        };
-        let body = serde_json::to_string(&receipt).unwrap();
+        }
+    }
+
+    fn paid(checkout: &mut Checkout) {
+        checkout.payment.start_attempt();
+        let body = serde_json::to_string(&receipt_of(checkout)).unwrap();
         checkout.payment.finish_attempt(
-            &Attempt::Answered {
-                status: 201,
-                body,
-                retry_after: None,
-            },
+            &Attempt::answered(201, body),
             &RetryPolicy::WIDGET,
             0.0,
+            0,
         );
+    }
+
+    fn refund(id: &str, amount: i64, total: i64) -> Refund {
+        Refund {
+            refund_id: id.into(),
+            payment_id: "pay_1".into(),
+            amount,
+            refunded_total: total,
+            balance: 0,
+            created_at: "t".into(),
+        }
     }
 
     #[test]
     fn a_purchase_has_one_order_and_one_key_until_the_next() {
-        let mut checkout = Checkout::new(0, seed(1));
+        let mut checkout = Checkout::new(0, seed(1), 0);
         assert_eq!(checkout.payment.request.order_id, "ORD-01010101");
         assert_eq!(checkout.payment.request.total(), 45_000);
         assert_eq!(checkout.payment.request.request().amount, 45_000);
         assert!(
-            checkout.next_purchase(seed(2)).is_none(),
+            checkout.next_purchase(seed(2), 0).is_none(),
             "no new purchase while this one is unsettled"
         );
         paid(&mut checkout);
-        let next = checkout.next_purchase(seed(2)).unwrap();
+        let next = checkout.next_purchase(seed(2), 0).unwrap();
         assert_ne!(next.payment.key, checkout.payment.key);
         assert_ne!(
             next.payment.request.order_id,
@@ -326,48 +569,39 @@ mod tests {
     }
 
     #[test]
-    fn a_second_refund_click_reuses_the_unsettled_refund() {
-        let mut checkout = Checkout::new(0, seed(1));
-        assert!(
-            !checkout.begin_refund(100, [9; 16]),
-            "nothing to refund before the payment"
+    fn a_second_refund_click_reuses_the_unsettled_refund_and_a_new_amount_is_called_out() {
+        let mut checkout = Checkout::new(0, seed(1), 0);
+        assert_eq!(
+            checkout.begin_refund(100, [9; 16], 0),
+            RefundStart::NothingToRefund
         );
         paid(&mut checkout);
-        assert!(checkout.begin_refund(10_000, [9; 16]));
+        assert_eq!(checkout.begin_refund(10_000, [9; 16], 0), RefundStart::New);
         let key = checkout.refund.as_ref().unwrap().key.clone();
-        assert!(checkout.begin_refund(10_000, [10; 16]));
+        assert_eq!(checkout.begin_refund(10_000, [10; 16], 0), RefundStart::New);
         assert_eq!(
             checkout.refund.as_ref().unwrap().key,
             key,
             "same key on the second click"
         );
-
-        let refund = checkout.refund.as_mut().unwrap();
-        refund.start_attempt();
-        let body = serde_json::to_string(&Refund {
-            refund_id: "ref_1".into(),
-            payment_id: "pay_1".into(),
-            amount: 10_000,
-            refunded_total: 10_000,
-            balance: 65_000,
-            created_at: "t".into(),
-        })
-        .unwrap();
-        refund.finish_attempt(
-            &Attempt::Answered {
-                status: 201,
-                body,
-                retry_after: None,
-            },
-            &RetryPolicy::WIDGET,
-            0.0,
+        assert_eq!(
+            checkout.begin_refund(20_000, [10; 16], 0),
+            RefundStart::StillPending { amount: 10_000 },
+            "a new amount while one is unsettled is not taken silently"
         );
+        assert_eq!(checkout.refund.as_ref().unwrap().request.amount, 10_000);
+        assert!(refund_still_pending(10_000).contains("100,00"));
+
+        let refund_intent = checkout.refund.as_mut().unwrap();
+        refund_intent.start_attempt();
+        let body = serde_json::to_string(&refund("ref_1", 10_000, 10_000)).unwrap();
+        refund_intent.finish_attempt(&Attempt::answered(201, body), &RetryPolicy::WIDGET, 0.0, 0);
         checkout.settle_refund();
         checkout.settle_refund();
         assert_eq!(checkout.refunds.len(), 1, "a refund is filed once");
         assert_eq!(checkout.refundable(), 35_000);
         checkout.clear_refund();
-        assert!(checkout.begin_refund(5_000, [11; 16]));
+        assert_eq!(checkout.begin_refund(5_000, [11; 16], 0), RefundStart::New);
         assert_ne!(
             checkout.refund.as_ref().unwrap().key,
             key,
@@ -376,33 +610,137 @@ mod tests {
     }
 
     #[test]
-    fn the_status_line_says_what_is_happening() {
-        let mut checkout = Checkout::new(0, seed(1));
+    fn a_forgotten_refund_is_found_among_the_payments_refunds_or_sent_again() {
+        let mut checkout = Checkout::new(0, seed(1), 0);
+        paid(&mut checkout);
+        checkout.refunds = vec![refund("ref_old", 5_000, 5_000)];
+        checkout.begin_refund(10_000, [9; 16], 0);
+        let intent = checkout.refund.as_mut().unwrap();
+        intent.start_attempt();
+        intent.finish_attempt(&Attempt::NetworkError, &RetryPolicy::WIDGET, 0.0, 0);
+        assert_eq!(
+            intent.resume(1),
+            Resume::LookUp,
+            "its expiry was never learned"
+        );
+        assert!(intent.start_lookup());
+        assert_eq!(
+            intent.finish_lookup(Lookup::Unknown, WhenForgotten::Reconcile),
+            Resume::Reconcile,
+            "a forgotten refund is never resent blindly"
+        );
+        let mut details = PaymentDetails {
+            payment: receipt_of(&checkout),
+            refunded_total: 15_000,
+            refunds: vec![
+                refund("ref_old", 5_000, 5_000),
+                refund("ref_new", 10_000, 15_000),
+            ],
+        };
+        assert_eq!(
+            checkout.unknown_refund_of(&details).map(|r| r.refund_id),
+            Some("ref_new".into())
+        );
+        details.refunds.pop();
+        assert_eq!(
+            checkout.unknown_refund_of(&details),
+            None,
+            "not made: it is sent again"
+        );
+    }
+
+    #[test]
+    fn saved_states_are_versioned_and_the_old_version_migrates() {
+        let mut checkout = Checkout::new(4, seed(3), 1_000);
+        paid(&mut checkout);
+        let saved = write_saved(&checkout);
+        assert!(saved.starts_with("{\"version\":2,"));
+        assert_eq!(read_saved(&saved), Read::Current(checkout.clone()));
+
+        // Version 1: the bare state, without the intents' times and the notice.
+        let mut v1: Value = serde_json::to_value(&checkout).unwrap();
+        v1.as_object_mut().unwrap().remove("notice");
+        v1["payment"]
+            .as_object_mut()
+            .unwrap()
+            .remove("created_at_ms");
+        v1["payment"]
+            .as_object_mut()
+            .unwrap()
+            .remove("key_expires_at_ms");
+        let Read::Migrated(migrated) = read_saved(&v1.to_string()) else {
+            panic!("version 1 migrates")
+        };
+        assert_eq!(migrated.payment.key, checkout.payment.key);
+        assert_eq!(
+            migrated.payment.key_expires_at_ms, None,
+            "an expiry never learned"
+        );
+
+        assert_eq!(
+            read_saved("{\"version\":3,\"checkout\":{}}"),
+            Read::Unreadable
+        );
+        assert_eq!(read_saved("{\"vers"), Read::Unreadable);
+    }
+
+    #[test]
+    fn an_unreadable_state_gives_up_its_intent_to_be_looked_up_never_a_new_key() {
+        let mut checkout = Checkout::new(1, seed(5), 0);
+        checkout.payment.start_attempt();
+        let saved = write_saved(&checkout).replace("\"payment\"", "\"payment_v9\"");
+        assert_eq!(read_saved(&saved), Read::Unreadable);
+        let recovered = salvage(&saved, 9).expect("the intent is found");
+        assert_eq!(recovered.payment.key, checkout.payment.key, "the same key");
+        assert_eq!(
+            recovered.payment.request, checkout.payment.request,
+            "the same order"
+        );
+        assert_eq!(recovered.purchase, 1);
+        assert!(
+            matches!(recovered.payment.phase, Phase::LookingUp),
+            "asked, not sent"
+        );
+        assert_eq!(
+            recovered.notice.as_deref(),
+            Some(messages::STATE_UNREADABLE)
+        );
+        assert_eq!(salvage("{\"version\":2,\"chec", 0), None);
+        let saved_text = write_saved(&checkout);
+        let cut = &saved_text[..saved_text.find("\"items\"").unwrap()];
+        let from_cut = salvage(cut, 0).expect("a cut write still names the key and the order");
+        assert_eq!(from_cut.payment.key, checkout.payment.key);
+        assert_eq!(
+            from_cut.payment.request, checkout.payment.request,
+            "the demo cart of purchase 1"
+        );
+        assert_eq!(
+            salvage("{\"key\": \"not a key\", \"request\": {}}", 0),
+            None
+        );
+    }
+
+    #[test]
+    fn the_status_line_says_what_is_happening_in_russian() {
+        let mut checkout = Checkout::new(0, seed(1), 0);
         assert_eq!(payment_status(&checkout.payment), "");
         checkout.payment.start_attempt();
         assert_eq!(payment_status(&checkout.payment), "Оплачиваем…");
         checkout
             .payment
-            .finish_attempt(&Attempt::NetworkError, &RetryPolicy::WIDGET, 0.0);
+            .finish_attempt(&Attempt::NetworkError, &RetryPolicy::WIDGET, 0.0, 0);
         assert_eq!(
             payment_status(&checkout.payment),
             "Соединение потеряно, повторяем… (попытка 2)"
         );
         checkout.payment.start_attempt();
-        assert_eq!(
-            payment_status(&checkout.payment),
-            "Соединение потеряно, повторяем… (попытка 2)"
-        );
         let busy =
             serde_json::to_string(&Problem::new(409, ErrorCode::IdempotencyKeyInUse, "d")).unwrap();
         checkout.payment.finish_attempt(
-            &Attempt::Answered {
-                status: 409,
-                body: busy,
-                retry_after: None,
-            },
+            &Attempt::answered(409, busy),
             &RetryPolicy::WIDGET,
             0.0,
+            0,
         );
         assert_eq!(
             payment_status(&checkout.payment),
@@ -413,17 +751,48 @@ mod tests {
         decline.balance = Some(10_000);
         let body = serde_json::to_string(&decline).unwrap();
         checkout.payment.finish_attempt(
-            &Attempt::Answered {
-                status: 402,
-                body,
-                retry_after: None,
-            },
+            &Attempt::answered(402, body),
             &RetryPolicy::WIDGET,
             0.0,
+            0,
         );
         assert_eq!(
             payment_status(&checkout.payment),
             "Отказ: недостаточно средств (на счёте 100,00\u{a0}₽)"
+        );
+        let mut refused = Checkout::new(0, seed(2), 0);
+        refused.payment.start_attempt();
+        let english = Problem::new(400, ErrorCode::InvalidRequest, "amount must be an integer");
+        refused.payment.finish_attempt(
+            &Attempt::answered(400, serde_json::to_string(&english).unwrap()),
+            &RetryPolicy::WIDGET,
+            0.0,
+            0,
+        );
+        let status = payment_status(&refused.payment);
+        assert!(!status.contains("amount"), "{status}");
+    }
+
+    #[test]
+    fn a_page_starts_from_what_was_saved_and_never_drops_an_unreadable_state() {
+        let nothing = restore(None, seed(1), 0);
+        assert!(!nothing.keep_aside && nothing.checkout.notice.is_none());
+        let mut checkout = Checkout::new(0, seed(2), 0);
+        checkout.payment.start_attempt();
+        let saved = write_saved(&checkout);
+        assert_eq!(restore(Some(&saved), seed(3), 0).checkout, checkout);
+        let broken = saved.replace("\"payment\"", "\"pay\"");
+        let recovered = restore(Some(&broken), seed(3), 0);
+        assert!(recovered.keep_aside);
+        assert_eq!(recovered.checkout.payment.key, checkout.payment.key);
+        let garbage = restore(Some("{\"versio"), seed(3), 0);
+        assert!(
+            garbage.keep_aside,
+            "kept aside even when nothing could be salvaged"
+        );
+        assert_eq!(
+            garbage.checkout.notice.as_deref(),
+            Some(messages::STATE_UNREADABLE_NOTHING_FOUND)
         );
     }
 
@@ -440,10 +809,10 @@ mod tests {
 
     #[test]
     fn the_whole_state_survives_session_storage() {
-        let mut checkout = Checkout::new(4, seed(3));
+        let mut checkout = Checkout::new(4, seed(3), 0);
         paid(&mut checkout);
-        checkout.begin_refund(1_000, [5; 16]);
-        let saved = serde_json::to_string(&checkout).unwrap();
-        assert_eq!(serde_json::from_str::<Checkout>(&saved).unwrap(), checkout);
+        checkout.begin_refund(1_000, [5; 16], 0);
+        let saved = write_saved(&checkout);
+        assert_eq!(read_saved(&saved), Read::Current(checkout));
     }
 }

@@ -4,12 +4,23 @@
 //! refund) and one key made for it. An intent moves through
 //! `created → sending → retrying(n) → succeeded | declined | failed`, resending the same key
 //! and body on every retry. The widget persists intents, so a refresh resumes the same one.
+//!
+//! An intent whose outcome is unknown is resent only while its key is surely still known to the
+//! server (the server says until when, `Idempotency-Key-Expires`). Past that, or when the expiry
+//! was never learned, the server is asked first what became of the key
+//! (`GET /api/idempotency-keys/{key}`): a resend after expiry would be a new request.
 
 use std::time::Duration;
 
 use checkout_shared::{ErrorCode, Problem};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+use crate::messages;
+
+/// How long before the advertised expiry a key is treated as possibly forgotten already: room
+/// for clock drift and for a request still on its way.
+pub const EXPIRY_MARGIN_MS: i64 = 60_000;
 
 /// What one attempt to send an intent brought back.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,11 +30,25 @@ pub enum Attempt {
         status: u16,
         body: String,
         retry_after: Option<Duration>,
+        /// How much longer the server keeps the key (`Idempotency-Key-Expires` − `Date`).
+        expires_in: Option<Duration>,
     },
     /// The connection failed or was cut: the request may or may not have been executed.
     NetworkError,
     /// No answer in time: likewise unknown.
     TimedOut,
+}
+
+impl Attempt {
+    /// An answer without the timing headers (for tests and for stored answers).
+    pub fn answered(status: u16, body: String) -> Attempt {
+        Attempt::Answered {
+            status,
+            body,
+            retry_after: None,
+            expires_in: None,
+        }
+    }
 }
 
 /// Why an intent is being sent again.
@@ -53,32 +78,48 @@ pub enum Phase<Receipt> {
         attempt: u32,
         reason: RetryReason,
     },
+    /// The outcome is unknown and the key may be forgotten: the server is asked what became
+    /// of it before anything is resent.
+    LookingUp,
+    /// The order was paid already (by this intent before its key expired, or by another): the
+    /// payment named is fetched, and its receipt is this intent's outcome.
+    Confirming {
+        payment_id: String,
+    },
+    /// A refund whose key the server has forgotten: the payment's refunds tell whether it was
+    /// made, before it is sent again.
+    Reconciling,
+    /// The server did not know the session (`401`): a new one is needed before resending.
+    NeedsSession,
     Succeeded {
         receipt: Receipt,
     },
     /// A definite refusal that is the outcome of this intent (stored by the server, so
-    /// resending gives the same): `402`, `409 order_already_paid`, `409 refund_exceeds_payment`.
+    /// resending gives the same): `402`, `409 refund_exceeds_payment`.
     Declined {
         problem: Problem,
     },
     /// No outcome. `retryable`: we gave up resending, but the outcome is unknown, so the same
     /// key may be sent again (and is, on the next page load). Otherwise the request itself
-    /// was refused (`400`, `401`, `422`, …) and resending cannot help.
+    /// was refused (`400`, `422`, …) and resending cannot help.
     Failed {
         message: String,
         retryable: bool,
     },
 }
 
-/// The verdict on one attempt, before it is applied to an intent.
+/// The verdict on one answer, before it is applied to an intent.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict<Receipt> {
     Success(Receipt),
     Decline(Problem),
+    /// The money for this order has moved already: here is the payment.
+    AlreadyPaid(String),
     Retry {
         reason: RetryReason,
         retry_after: Option<Duration>,
     },
+    Unauthorized,
     Refused(String),
 }
 
@@ -95,6 +136,7 @@ pub fn judge<Receipt: DeserializeOwned>(attempt: &Attempt) -> Verdict<Receipt> {
             status,
             body,
             retry_after,
+            ..
         } => (*status, body, *retry_after),
     };
     let problem: Option<Problem> = serde_json::from_str(body).ok();
@@ -102,20 +144,27 @@ pub fn judge<Receipt: DeserializeOwned>(attempt: &Attempt) -> Verdict<Receipt> {
     match status {
         200..=299 => match serde_json::from_str(body) {
             Ok(receipt) => Verdict::Success(receipt),
-            Err(_) => Verdict::Refused("сервер прислал непонятный ответ".into()),
+            Err(_) => Verdict::Refused(messages::UNREADABLE_ANSWER.into()),
         },
+        401 => Verdict::Unauthorized,
         409 if code == Some(ErrorCode::IdempotencyKeyInUse) => Verdict::Retry {
             reason: RetryReason::InProgress,
             retry_after,
         },
+        409 if code == Some(ErrorCode::OrderAlreadyPaid) => {
+            match problem.and_then(|p| p.payment_id) {
+                Some(payment_id) => Verdict::AlreadyPaid(payment_id),
+                None => Verdict::Refused(messages::refusal(ErrorCode::OrderAlreadyPaid)),
+            }
+        }
         402 | 409 if problem.is_some() => Verdict::Decline(problem.expect("checked")),
         408 | 429 | 500..=599 => Verdict::Retry {
             reason: RetryReason::ServerError,
             retry_after,
         },
-        _ => Verdict::Refused(match problem {
-            Some(p) => p.detail,
-            None => format!("ошибка {status}"),
+        _ => Verdict::Refused(match code {
+            Some(code) => messages::refusal(code),
+            None => messages::status_refusal(status),
         }),
     }
 }
@@ -158,29 +207,86 @@ pub struct Intent<Request, Receipt> {
     pub key: String,
     pub request: Request,
     pub phase: Phase<Receipt>,
+    /// When the intent was made (the browser's clock, Unix ms).
+    #[serde(default)]
+    pub created_at_ms: i64,
+    /// Until when the server surely keeps the key (the browser's clock, Unix ms), once an answer
+    /// has said so.
+    #[serde(default)]
+    pub key_expires_at_ms: Option<i64>,
+}
+
+/// What to do with an intent found pending when the page loads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// Nothing: it has an outcome, or it was never sent (it waits for a click).
+    Nothing,
+    /// Resend the same key and body: the server surely still knows the key.
+    Send,
+    /// Ask the server what became of the key first.
+    LookUp,
+    /// Fetch this payment: it is the outcome.
+    Confirm(String),
+    /// Look for the refund among the payment's refunds.
+    Reconcile,
+    /// Get a new session, then resend.
+    Renew,
+}
+
+/// What the server said of a key when asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Done: its stored answer.
+    Done { status: u16, body: String },
+    /// Its first request is executing now.
+    InProgress,
+    /// Never seen, or expired and forgotten.
+    Unknown,
+}
+
+/// For a key the server does not know: resend it (a payment: the order is paid at most once,
+/// so a payment that did happen comes back `409 order_already_paid` with its id), or look at
+/// what the request would have made (a refund: nothing would stop a second one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenForgotten {
+    Resend,
+    Reconcile,
+    /// An intent salvaged from a state that could not be read: whether it was ever sent is
+    /// unknown, so it waits for the shopper's click (with the same key) rather than pay alone.
+    AwaitClick,
 }
 
 impl<Request, Receipt: DeserializeOwned> Intent<Request, Receipt> {
-    pub fn new(key: String, request: Request) -> Self {
+    pub fn new(key: String, request: Request, now_ms: i64) -> Self {
         Intent {
             key,
             request,
             phase: Phase::Created,
+            created_at_ms: now_ms,
+            key_expires_at_ms: None,
         }
     }
 
-    /// Whether the outcome is still unknown, so the intent must be (re)sent to learn it.
+    /// Whether the outcome is still unknown, so the intent must be (re)sent or looked up.
     pub fn is_pending(&self) -> bool {
         match &self.phase {
-            Phase::Created | Phase::Sending { .. } | Phase::Retrying { .. } => true,
             Phase::Failed { retryable, .. } => *retryable,
             Phase::Succeeded { .. } | Phase::Declined { .. } => false,
+            _ => true,
         }
     }
 
-    /// Whether a request is on its way or about to be resent: the pay button is disabled.
+    /// Whether something is on its way: the button is disabled.
     pub fn is_in_flight(&self) -> bool {
-        matches!(self.phase, Phase::Sending { .. } | Phase::Retrying { .. })
+        matches!(
+            self.phase,
+            Phase::Sending { .. }
+                | Phase::Retrying { .. }
+                | Phase::LookingUp
+                | Phase::Confirming { .. }
+                | Phase::Reconciling
+                | Phase::NeedsSession
+        )
     }
 
     /// After a page load: a send that was in flight lost its answer with the old page.
@@ -189,6 +295,82 @@ impl<Request, Receipt: DeserializeOwned> Intent<Request, Receipt> {
             self.phase = Phase::Retrying {
                 attempt,
                 reason: RetryReason::ConnectionLost,
+            };
+        }
+    }
+
+    /// Whether the server surely still knows the key at `now_ms`.
+    pub fn key_surely_known(&self, now_ms: i64) -> bool {
+        self.key_expires_at_ms
+            .is_some_and(|expires| now_ms.saturating_add(EXPIRY_MARGIN_MS) < expires)
+    }
+
+    /// What to do with this intent when the page loads.
+    pub fn resume(&self, now_ms: i64) -> Resume {
+        match &self.phase {
+            Phase::Created
+            | Phase::Succeeded { .. }
+            | Phase::Declined { .. }
+            | Phase::Failed {
+                retryable: false, ..
+            } => Resume::Nothing,
+            Phase::Confirming { payment_id } => Resume::Confirm(payment_id.clone()),
+            Phase::Reconciling => Resume::Reconcile,
+            Phase::NeedsSession => Resume::Renew,
+            Phase::Sending { .. }
+            | Phase::Retrying { .. }
+            | Phase::LookingUp
+            | Phase::Failed {
+                retryable: true, ..
+            } => {
+                if self.key_surely_known(now_ms) {
+                    Resume::Send
+                } else {
+                    Resume::LookUp
+                }
+            }
+        }
+    }
+
+    /// Within one page, after a step has run: what comes next (unlike [`Intent::resume`], a
+    /// round that gave up stays given up until the shopper asks again).
+    pub fn next_step(&self) -> Resume {
+        match &self.phase {
+            Phase::Retrying { .. } => Resume::Send,
+            Phase::LookingUp => Resume::LookUp,
+            Phase::Confirming { payment_id } => Resume::Confirm(payment_id.clone()),
+            Phase::Reconciling => Resume::Reconcile,
+            Phase::NeedsSession => Resume::Renew,
+            _ => Resume::Nothing,
+        }
+    }
+
+    /// A click on the button: a new intent is sent, and a round that gave up starts again.
+    pub fn sendable_by_hand(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Created
+                | Phase::Failed {
+                    retryable: true,
+                    ..
+                }
+        )
+    }
+
+    /// The session was refused while finding something out (not while sending).
+    pub fn unauthorized(&mut self) {
+        if self.is_pending() {
+            self.phase = Phase::NeedsSession;
+        }
+    }
+
+    /// No answer from the server while finding something out, for too long: the outcome is
+    /// still unknown; the shopper may try again (nothing will be charged twice).
+    pub fn give_up(&mut self) {
+        if self.is_in_flight() {
+            self.phase = Phase::Failed {
+                message: messages::NO_CONNECTION.into(),
+                retryable: true,
             };
         }
     }
@@ -202,25 +384,23 @@ impl<Request, Receipt: DeserializeOwned> Intent<Request, Receipt> {
             // A new round, by hand or on reload: the outcome is still unknown.
             Phase::Failed {
                 retryable: true, ..
-            } => (1, Some(RetryReason::ConnectionLost)),
-            Phase::Sending { .. } | Phase::Succeeded { .. } | Phase::Declined { .. } => {
-                return None;
             }
-            Phase::Failed {
-                retryable: false, ..
-            } => return None,
+            | Phase::NeedsSession => (1, Some(RetryReason::ConnectionLost)),
+            _ => return None,
         };
         self.phase = Phase::Sending { attempt, after };
         Some(attempt)
     }
 
     /// Applies an attempt's result. Returns how long to wait before the next attempt, or
-    /// `None` when there is nothing more to send (an outcome, or this round gave up).
+    /// `None` when there is nothing more to send (an outcome, something to fetch or renew, or
+    /// this round gave up).
     pub fn finish_attempt(
         &mut self,
         attempt: &Attempt,
         policy: &RetryPolicy,
         unit_random: f64,
+        now_ms: i64,
     ) -> Option<Duration> {
         let Phase::Sending {
             attempt: number, ..
@@ -228,24 +408,25 @@ impl<Request, Receipt: DeserializeOwned> Intent<Request, Receipt> {
         else {
             return None; // not ours: another driver already settled this intent
         };
+        if let Attempt::Answered {
+            expires_in: Some(left),
+            ..
+        } = attempt
+        {
+            let left = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+            self.key_expires_at_ms = Some(now_ms.saturating_add(left));
+        }
         match judge(attempt) {
-            Verdict::Success(receipt) => self.phase = Phase::Succeeded { receipt },
-            Verdict::Decline(problem) => self.phase = Phase::Declined { problem },
-            Verdict::Refused(message) => {
-                self.phase = Phase::Failed {
-                    message,
-                    retryable: false,
-                }
-            }
             Verdict::Retry { reason, .. } if number >= policy.max_attempts => {
                 let message = match reason {
-                    RetryReason::InProgress => "сервер всё ещё проводит платёж",
-                    _ => "нет связи с сервером",
+                    RetryReason::InProgress => messages::STILL_IN_PROGRESS,
+                    _ => messages::NO_CONNECTION,
                 };
                 self.phase = Phase::Failed {
                     message: message.into(),
                     retryable: true,
                 };
+                None
             }
             Verdict::Retry {
                 reason,
@@ -255,10 +436,119 @@ impl<Request, Receipt: DeserializeOwned> Intent<Request, Receipt> {
                     attempt: number,
                     reason,
                 };
-                return Some(policy.delay(number, unit_random, retry_after));
+                Some(policy.delay(number, unit_random, retry_after))
+            }
+            verdict => {
+                self.settle(verdict);
+                None
             }
         }
-        None
+    }
+
+    /// A verdict that ends the sending: an outcome, or the next thing to find out.
+    fn settle(&mut self, verdict: Verdict<Receipt>) {
+        self.phase = match verdict {
+            Verdict::Success(receipt) => Phase::Succeeded { receipt },
+            Verdict::Decline(problem) => Phase::Declined { problem },
+            Verdict::AlreadyPaid(payment_id) => Phase::Confirming { payment_id },
+            Verdict::Unauthorized => Phase::NeedsSession,
+            Verdict::Refused(message) => Phase::Failed {
+                message,
+                retryable: false,
+            },
+            Verdict::Retry { reason, .. } => Phase::Retrying { attempt: 0, reason },
+        };
+    }
+
+    /// Starts asking the server about the key; `false` if there is nothing to ask.
+    pub fn start_lookup(&mut self) -> bool {
+        let pending = self.is_pending() && !matches!(self.phase, Phase::Created);
+        if pending {
+            self.phase = Phase::LookingUp;
+        }
+        pending
+    }
+
+    /// Applies what the server said of the key; returns what to do next.
+    pub fn finish_lookup(&mut self, found: Lookup, when_forgotten: WhenForgotten) -> Resume {
+        if !matches!(self.phase, Phase::LookingUp) {
+            return Resume::Nothing; // settled meanwhile (e.g. by another tab)
+        }
+        match found {
+            Lookup::Done { status, body } => {
+                // The key is known (its stored answer says so) for as long as a replay would be.
+                self.settle(judge(&Attempt::answered(status, body)));
+                self.resume(i64::MAX)
+            }
+            Lookup::InProgress => {
+                self.phase = Phase::Retrying {
+                    attempt: 0,
+                    reason: RetryReason::InProgress,
+                };
+                Resume::Send
+            }
+            Lookup::Unknown => {
+                // Whatever the key was, it is a new key now.
+                self.key_expires_at_ms = None;
+                match when_forgotten {
+                    WhenForgotten::Resend => {
+                        self.phase = Phase::Retrying {
+                            attempt: 0,
+                            reason: RetryReason::ConnectionLost,
+                        };
+                        Resume::Send
+                    }
+                    WhenForgotten::Reconcile => {
+                        self.phase = Phase::Reconciling;
+                        Resume::Reconcile
+                    }
+                    WhenForgotten::AwaitClick => {
+                        self.phase = Phase::Created;
+                        Resume::Nothing
+                    }
+                }
+            }
+        }
+    }
+
+    /// The outcome found elsewhere (the paid order's payment, the refund among the payment's
+    /// refunds): this intent has succeeded.
+    pub fn succeed_with(&mut self, receipt: Receipt) {
+        if matches!(self.phase, Phase::Confirming { .. } | Phase::Reconciling) {
+            self.phase = Phase::Succeeded { receipt };
+        }
+    }
+
+    /// Reconciling found nothing: the request never took effect, so it is sent again.
+    pub fn found_nothing(&mut self) {
+        if matches!(self.phase, Phase::Reconciling) {
+            self.phase = Phase::Retrying {
+                attempt: 0,
+                reason: RetryReason::ConnectionLost,
+            };
+        }
+    }
+
+    /// A new session was had after `401`: the same key is sent again under it (to the new
+    /// principal it is a new key, and the old one never took effect).
+    pub fn session_renewed(&mut self) {
+        if matches!(self.phase, Phase::NeedsSession) {
+            self.key_expires_at_ms = None;
+            self.phase = Phase::Retrying {
+                attempt: 0,
+                reason: RetryReason::ConnectionLost,
+            };
+        }
+    }
+
+    /// After `401` where no new session can be had: the shopper is told, nothing is resent.
+    pub fn session_lost(&mut self) {
+        if matches!(self.phase, Phase::NeedsSession) {
+            self.phase = Phase::Failed {
+                message: messages::SESSION_LOST.into(),
+                retryable: false,
+            };
+        }
     }
 }
 
@@ -290,11 +580,7 @@ mod tests {
     }
 
     fn answer(status: u16, body: String) -> Attempt {
-        Attempt::Answered {
-            status,
-            body,
-            retry_after: None,
-        }
+        Attempt::answered(status, body)
     }
 
     fn problem(status: u16, code: ErrorCode) -> String {
@@ -309,14 +595,14 @@ mod tests {
 
     #[test]
     fn a_lost_answer_is_resent_with_the_same_key_until_it_succeeds() {
-        let mut intent = PaymentIntent::new("key-1".into(), "order".into());
+        let mut intent = PaymentIntent::new("key-1".into(), "order".into(), 0);
         assert_eq!(intent.start_attempt(), Some(1));
         assert_eq!(
             intent.start_attempt(),
             None,
             "a second click while sending sends nothing"
         );
-        let wait = intent.finish_attempt(&Attempt::NetworkError, &POLICY, 0.5);
+        let wait = intent.finish_attempt(&Attempt::NetworkError, &POLICY, 0.5, 0);
         assert_eq!(wait, Some(Duration::from_millis(50)));
         assert_eq!(
             intent.phase,
@@ -330,7 +616,7 @@ mod tests {
         assert_eq!(intent.start_attempt(), Some(2));
         let body = serde_json::to_string(&receipt()).unwrap();
         assert_eq!(
-            intent.finish_attempt(&answer(201, body), &POLICY, 0.5),
+            intent.finish_attempt(&answer(201, body), &POLICY, 0.5, 0),
             None
         );
         assert_eq!(intent.phase, Phase::Succeeded { receipt: receipt() });
@@ -371,14 +657,28 @@ mod tests {
         )));
         for (status, code) in [
             (400, ErrorCode::InvalidRequest),
-            (401, ErrorCode::Unauthorized),
             (422, ErrorCode::IdempotencyKeyReused),
         ] {
-            assert!(matches!(
-                judge::<Payment>(&answer(status, problem(status, code))),
-                Verdict::Refused(_)
-            ));
+            let verdict = judge::<Payment>(&answer(status, problem(status, code)));
+            let Verdict::Refused(message) = verdict else {
+                panic!("{verdict:?}")
+            };
+            assert!(
+                !message.contains("detail"),
+                "the server's words stay out: {message}"
+            );
         }
+        assert_eq!(
+            judge::<Payment>(&answer(401, problem(401, ErrorCode::Unauthorized))),
+            Verdict::Unauthorized
+        );
+        let mut paid = Problem::new(409, ErrorCode::OrderAlreadyPaid, "detail");
+        paid.payment_id = Some("pay_1".into());
+        assert_eq!(
+            judge::<Payment>(&answer(409, serde_json::to_string(&paid).unwrap())),
+            Verdict::AlreadyPaid("pay_1".into()),
+            "a paid order is never a decline: its payment is the outcome"
+        );
         assert!(matches!(
             judge::<Payment>(&answer(402, problem(402, ErrorCode::InsufficientFunds))),
             Verdict::Decline(_)
@@ -387,12 +687,13 @@ mod tests {
 
     #[test]
     fn a_decline_is_final_and_keeps_its_problem() {
-        let mut intent = PaymentIntent::new("k".into(), "order".into());
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
         intent.start_attempt();
         intent.finish_attempt(
             &answer(402, problem(402, ErrorCode::InsufficientFunds)),
             &POLICY,
             0.0,
+            0,
         );
         let Phase::Declined { problem } = &intent.phase else {
             panic!("{:?}", intent.phase)
@@ -403,15 +704,16 @@ mod tests {
 
     #[test]
     fn in_progress_waits_at_least_retry_after() {
-        let mut intent = PaymentIntent::new("k".into(), "order".into());
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
         intent.start_attempt();
         let busy = Attempt::Answered {
             status: 409,
             body: problem(409, ErrorCode::IdempotencyKeyInUse),
             retry_after: Some(Duration::from_secs(1)),
+            expires_in: None,
         };
         assert_eq!(
-            intent.finish_attempt(&busy, &POLICY, 0.0),
+            intent.finish_attempt(&busy, &POLICY, 0.0, 0),
             Some(Duration::from_secs(1))
         );
         assert_eq!(
@@ -425,10 +727,10 @@ mod tests {
 
     #[test]
     fn giving_up_keeps_the_intent_pending_with_its_key() {
-        let mut intent = PaymentIntent::new("k".into(), "order".into());
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
         for attempt in 1..=POLICY.max_attempts {
             assert_eq!(intent.start_attempt(), Some(attempt));
-            let wait = intent.finish_attempt(&answer(503, "down".into()), &POLICY, 0.3);
+            let wait = intent.finish_attempt(&answer(503, "down".into()), &POLICY, 0.3, 0);
             assert_eq!(wait.is_some(), attempt < POLICY.max_attempts);
         }
         assert!(matches!(
@@ -452,12 +754,13 @@ mod tests {
 
     #[test]
     fn a_refused_request_is_not_resent() {
-        let mut intent = PaymentIntent::new("k".into(), "order".into());
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
         intent.start_attempt();
         intent.finish_attempt(
             &answer(422, problem(422, ErrorCode::IdempotencyKeyReused)),
             &POLICY,
             0.0,
+            0,
         );
         assert!(matches!(
             intent.phase,
@@ -471,7 +774,7 @@ mod tests {
 
     #[test]
     fn a_reload_mid_send_resumes_as_a_retry_of_the_same_key() {
-        let mut intent = PaymentIntent::new("k".into(), "order".into());
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
         intent.start_attempt();
         let saved = serde_json::to_string(&intent).unwrap();
         let mut reloaded: PaymentIntent = serde_json::from_str(&saved).unwrap();
@@ -492,12 +795,12 @@ mod tests {
 
     #[test]
     fn a_late_answer_from_a_superseded_attempt_changes_nothing() {
-        let mut intent = PaymentIntent::new("k".into(), "order".into());
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
         intent.start_attempt();
         let body = serde_json::to_string(&receipt()).unwrap();
-        intent.finish_attempt(&answer(201, body.clone()), &POLICY, 0.0);
+        intent.finish_attempt(&answer(201, body.clone()), &POLICY, 0.0, 0);
         assert_eq!(
-            intent.finish_attempt(&Attempt::NetworkError, &POLICY, 0.0),
+            intent.finish_attempt(&Attempt::NetworkError, &POLICY, 0.0, 0),
             None
         );
         assert_eq!(intent.phase, Phase::Succeeded { receipt: receipt() });
@@ -533,6 +836,103 @@ mod tests {
             policy.delay(1, 0.0, Some(Duration::from_secs(60))),
             Duration::from_secs(1)
         );
+    }
+
+    #[test]
+    fn a_pending_intent_is_resent_only_while_its_key_is_surely_known() {
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
+        assert_eq!(
+            intent.resume(0),
+            Resume::Nothing,
+            "never sent: it waits for a click"
+        );
+        intent.start_attempt();
+        assert_eq!(
+            intent.resume(1_000),
+            Resume::LookUp,
+            "no answer yet: expiry unknown"
+        );
+        let busy = Attempt::Answered {
+            status: 409,
+            body: problem(409, ErrorCode::IdempotencyKeyInUse),
+            retry_after: None,
+            expires_in: Some(Duration::from_secs(3_600)),
+        };
+        intent.finish_attempt(&busy, &POLICY, 0.0, 10_000);
+        assert_eq!(intent.key_expires_at_ms, Some(3_610_000));
+        assert_eq!(intent.resume(20_000), Resume::Send, "well within its life");
+        assert_eq!(
+            intent.resume(3_610_000 - EXPIRY_MARGIN_MS),
+            Resume::LookUp,
+            "near its expiry it is looked up, not resent blindly"
+        );
+        assert_eq!(intent.resume(4_000_000), Resume::LookUp);
+    }
+
+    #[test]
+    fn a_lookup_settles_or_resends() {
+        let looked_up = |found: Lookup, when: WhenForgotten| {
+            let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
+            intent.start_attempt();
+            assert!(intent.start_lookup());
+            let next = intent.finish_lookup(found, when);
+            (intent, next)
+        };
+        let body = serde_json::to_string(&receipt()).unwrap();
+        let (done, next) = looked_up(Lookup::Done { status: 201, body }, WhenForgotten::Resend);
+        assert_eq!(done.phase, Phase::Succeeded { receipt: receipt() });
+        assert_eq!(next, Resume::Nothing);
+
+        let mut paid = Problem::new(409, ErrorCode::OrderAlreadyPaid, "d");
+        paid.payment_id = Some("pay_7".into());
+        let body = serde_json::to_string(&paid).unwrap();
+        let (confirming, next) =
+            looked_up(Lookup::Done { status: 409, body }, WhenForgotten::Resend);
+        assert_eq!(next, Resume::Confirm("pay_7".into()));
+        assert!(confirming.is_pending());
+
+        let (_, next) = looked_up(Lookup::InProgress, WhenForgotten::Resend);
+        assert_eq!(next, Resume::Send);
+        let (forgotten, next) = looked_up(Lookup::Unknown, WhenForgotten::Resend);
+        assert_eq!(
+            next,
+            Resume::Send,
+            "a payment: the order's own uniqueness guards a resend"
+        );
+        assert_eq!(forgotten.key_expires_at_ms, None);
+        let (_, next) = looked_up(Lookup::Unknown, WhenForgotten::Reconcile);
+        assert_eq!(next, Resume::Reconcile);
+    }
+
+    #[test]
+    fn an_unknown_session_is_renewed_then_the_same_key_is_resent() {
+        let mut intent = PaymentIntent::new("k".into(), "order".into(), 0);
+        intent.start_attempt();
+        let wait = intent.finish_attempt(
+            &answer(401, problem(401, ErrorCode::Unauthorized)),
+            &POLICY,
+            0.0,
+            0,
+        );
+        assert_eq!(wait, None);
+        assert_eq!(intent.phase, Phase::NeedsSession);
+        assert_eq!(intent.resume(0), Resume::Renew);
+        assert_eq!(
+            intent.start_attempt(),
+            Some(1),
+            "with the new session, the same key"
+        );
+        assert_eq!(intent.key, "k");
+        let mut lost = PaymentIntent::new("k".into(), "order".into(), 0);
+        lost.phase = Phase::NeedsSession;
+        lost.session_lost();
+        assert!(matches!(
+            lost.phase,
+            Phase::Failed {
+                retryable: false,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! The checkout widget.
 //!
-//! - [`intent`]: the key lifecycle and retry policy, plain Rust, tested natively;
-//! - [`checkout`]: the widget's state (cart, payment, refunds) and its Russian status lines;
-//! - `app`, `api`, `storage` (wasm32 only): the Leptos component wiring that state to signals,
-//!   `sessionStorage` and the network.
+//! - [`intent`]: the key lifecycle, retry policy and expiry-aware resume, plain Rust, tested
+//!   natively;
+//! - [`checkout`]: the widget's state (cart, payment, refunds), its versioned saved form and
+//!   recovery from a state that cannot be read, and its Russian status lines;
+//! - [`messages`]: every refusal the shopper reads, in Russian, by problem `code`;
+//! - `app`, `api`, `storage`, `tabs` (wasm32 only): the Leptos component wiring that state to
+//!   signals, `sessionStorage`, the other tabs (Web Locks, BroadcastChannel) and the network.
 
 pub mod checkout;
 pub mod intent;
+pub mod messages;
 
 #[cfg(target_arch = "wasm32")]
 mod api;
@@ -14,6 +18,8 @@ mod api;
 mod app;
 #[cfg(target_arch = "wasm32")]
 pub mod storage;
+#[cfg(target_arch = "wasm32")]
+mod tabs;
 
 #[cfg(target_arch = "wasm32")]
 pub use app::start;

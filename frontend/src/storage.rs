@@ -1,33 +1,48 @@
 //! `sessionStorage`: the intent and its key outlive refreshes of this tab, and nothing else.
+//! What to make of a saved text is decided in plain Rust (`checkout::restore`); this is only
+//! the browser's side of it.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// The demo shopper's session (token and account id).
 pub const SESSION: &str = "checkout.session";
-/// The widget's state: the cart, the payment intent with its key, the refunds.
+/// The widget's state, in its versioned envelope: the cart, the intents with their keys.
 pub const STATE: &str = "checkout.state";
+/// Prefix of a state that could not be read, kept aside (never overwritten) for inspection.
+pub const UNREADABLE: &str = "checkout.state.unreadable.";
 
 fn session_storage() -> Option<web_sys::Storage> {
     web_sys::window()?.session_storage().ok()?
 }
 
-pub fn load<T: DeserializeOwned>(name: &str) -> Option<T> {
-    let text = session_storage()?.get_item(name).ok()??;
-    serde_json::from_str(&text).ok()
+pub fn read(name: &str) -> Option<String> {
+    session_storage()?.get_item(name).ok()?
 }
 
-/// Written synchronously, before any request that depends on it leaves the page.
-pub fn save<T: Serialize>(name: &str, value: &T) {
-    if let (Some(storage), Ok(text)) = (session_storage(), serde_json::to_string(value)) {
-        let _ = storage.set_item(name, &text);
-    }
+/// Written synchronously, before any request that depends on it leaves the page. `false` when
+/// the browser refused (storage full, or disabled): the caller tells the shopper.
+pub fn write(name: &str, text: &str) -> bool {
+    session_storage().is_some_and(|storage| storage.set_item(name, text).is_ok())
+}
+
+pub fn load<T: DeserializeOwned>(name: &str) -> Option<T> {
+    serde_json::from_str(&read(name)?).ok()
+}
+
+pub fn save<T: Serialize>(name: &str, value: &T) -> bool {
+    serde_json::to_string(value).is_ok_and(|text| write(name, &text))
+}
+
+/// Keeps an unreadable state under a name of its own, so that the next save cannot erase it.
+pub fn keep_aside(text: &str, now_ms: i64) -> bool {
+    write(&format!("{UNREADABLE}{now_ms}"), text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkout::{Checkout, Seed};
+    use crate::checkout::{Checkout, Read, Seed, read_saved, write_saved};
     use wasm_bindgen_test::*;
 
     wasm_bindgen_test_configure!(run_in_browser);
@@ -40,9 +55,18 @@ mod tests {
                 key: [3; 16],
                 order: [4; 4],
             },
+            1_000,
         );
-        save("test.checkout", &checkout);
-        assert_eq!(load::<Checkout>("test.checkout"), Some(checkout));
-        assert_eq!(load::<Checkout>("test.absent"), None);
+        assert!(write("test.checkout", &write_saved(&checkout)));
+        assert_eq!(
+            read("test.checkout").map(|text| read_saved(&text)),
+            Some(Read::Current(checkout))
+        );
+        assert_eq!(read("test.absent"), None);
+        assert!(keep_aside("{\"broken", 7));
+        assert_eq!(
+            read(&format!("{UNREADABLE}7")).as_deref(),
+            Some("{\"broken")
+        );
     }
 }

@@ -1,6 +1,9 @@
 //! A shopper in a real browser: Debian's headless Chromium driven through chromedriver (started
 //! here on a free port), on a checkout-server with fault injection serving the release-built
 //! widget. A failing scenario leaves a screenshot under `target/e2e-screenshots/`.
+//!
+//! Shared by the test binaries `checkout` and `intents`; each uses part of it.
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::net::TcpStream;
@@ -10,12 +13,38 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use checkout_testkit::{Api, Backend, Server, TestDb};
+use checkout_testkit::{Api, Backend, OPENING_BALANCE, Server, TestDb};
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt;
 use serde_json::{Value, json};
 
 pub const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-faults");
+
+/// The first demo cart: 2 × 150,00 ₽ + 150,00 ₽.
+pub const CART: i64 = 45_000;
+
+/// One test per backend for a scenario `async fn name(c: Checkout) -> Checkout`, on a server
+/// with these faults (and, optionally, more settings).
+macro_rules! scenario {
+    ($name:ident, $faults:expr, [$($backend:ident),+]) => {
+        scenario!($name, $faults, env = [], [$($backend),+]);
+    };
+    ($name:ident, $faults:expr, env = $env:expr, [$($backend:ident),+]) => {
+        mod $name {
+            $(
+                #[allow(non_snake_case)]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $backend() {
+                    let backend = checkout_testkit::Backend::$backend;
+                    super::Checkout::run(
+                        stringify!($name), backend, $faults, &$env, super::$name,
+                    )
+                    .await;
+                }
+            )+
+        }
+    };
+}
 const WAIT: Duration = Duration::from_secs(30);
 
 fn workspace() -> PathBuf {
@@ -56,9 +85,9 @@ pub struct Checkout {
 }
 
 impl Checkout {
-    pub async fn start(backend: Backend, faults: &str) -> Checkout {
+    pub async fn start(backend: Backend, faults: &str, env: &[(&str, &str)]) -> Checkout {
         let db = TestDb::new(backend).await;
-        let server = start_server(&db, faults, None).await;
+        let server = start_server(&db, faults, None, env).await;
         let port = checkout_testkit::postgres::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -104,13 +133,19 @@ impl Checkout {
         }
     }
 
-    /// Runs a scenario; if it fails, saves what the shopper saw and the server's log.
-    pub async fn run<F, Fut>(name: &str, backend: Backend, faults: &str, scenario: F)
-    where
+    /// Runs a scenario on a server with these faults and settings (`CHECKOUT_*`); if it fails,
+    /// saves what the shopper saw and the server's log.
+    pub async fn run<F, Fut>(
+        name: &str,
+        backend: Backend,
+        faults: &str,
+        env: &[(&str, &str)],
+        scenario: F,
+    ) where
         F: FnOnce(Checkout) -> Fut,
         Fut: Future<Output = Checkout>,
     {
-        let checkout = Checkout::start(backend, faults).await;
+        let checkout = Checkout::start(backend, faults, env).await;
         let browser = checkout.browser.clone();
         let log = checkout.server.log_handle();
         let _keep_alive = (checkout._driver.clone(), checkout._profile.clone());
@@ -130,6 +165,15 @@ impl Checkout {
                 let _ = browser.close().await;
                 std::panic::resume_unwind(panic);
             }
+        }
+    }
+
+    /// Saves what the shopper sees now under `target/e2e-screenshots/<name>.png`, to be looked at.
+    pub async fn screenshot(&self, name: &str) {
+        let dir = workspace().join("target/e2e-screenshots");
+        let _ = std::fs::create_dir_all(&dir);
+        if let Ok(png) = self.browser.screenshot().await {
+            let _ = std::fs::write(dir.join(format!("{name}.png")), png);
         }
     }
 
@@ -240,12 +284,16 @@ impl Checkout {
         all.into_iter().map(|t| t.replace('\u{a0}', " ")).collect()
     }
 
-    /// The widget's saved state, as it is in `sessionStorage`.
+    /// The widget's saved state, as it is in `sessionStorage` (inside its versioned envelope).
     pub async fn saved_state(&self) -> Value {
         let text = self
             .js("return sessionStorage.getItem('checkout.state');")
             .await;
-        serde_json::from_str(text.as_str().expect("a saved state")).unwrap()
+        let saved: Value = serde_json::from_str(text.as_str().expect("a saved state")).unwrap();
+        match saved.get("checkout") {
+            Some(checkout) => checkout.clone(),
+            None => saved,
+        }
     }
 
     pub async fn payment_key(&self) -> String {
@@ -271,30 +319,97 @@ impl Checkout {
         self.db.scalar("SELECT COUNT(*) FROM payments").await
     }
 
+    /// What every scenario ends with: one payment of the cart, the receipt on screen, the
+    /// ledger consistent. Returns the payment's id.
+    pub async fn assert_paid_once(&self) -> String {
+        let payment_id = self.wait_for_text(".payment-id", "pay_").await;
+        assert_eq!(self.count(".receipt").await, 1, "one receipt");
+        assert_eq!(
+            self.wait_for_text(".receipt-amount", "450,00").await,
+            "450,00 ₽"
+        );
+        let api = self.api().await;
+        assert_eq!(api.balance().await, OPENING_BALANCE - CART, "debited once");
+        let payment = api.get(&format!("/api/payments/{payment_id}")).await;
+        assert_eq!(payment.status, reqwest::StatusCode::OK);
+        assert_eq!(payment.json()["amount"], CART);
+        assert_eq!(self.payments_in_db().await, 1);
+        self.db.assert_invariants().await;
+        payment_id
+    }
+
+    /// The server executed the payment once; every other copy that reached it was a replay or
+    /// found the key in flight.
+    pub fn assert_executed_once(&self) {
+        let outcomes = self.payment_outcomes();
+        assert_eq!(
+            outcomes.iter().filter(|o| *o == "first").count(),
+            1,
+            "{outcomes:?}"
+        );
+    }
+
+    /// The shopper saw this status line at some point since the page was opened.
+    pub async fn assert_status_seen(&self, expected: &str) {
+        let statuses = self.statuses().await;
+        assert!(
+            statuses.iter().any(|s| s == expected),
+            "never showed {expected:?}: {statuses:?}"
+        );
+    }
+
     /// The idempotency outcome of each `POST /api/payments` the server answered, in order.
     pub fn payment_outcomes(&self) -> Vec<String> {
         outcomes(&self.server.log(), "uri=/api/payments ")
     }
 
+    /// The same for refunds.
+    pub fn refund_outcomes(&self) -> Vec<String> {
+        outcomes(&self.server.log(), "/refunds ")
+    }
+
+    /// Opens the page in a second tab, which starts with a copy of this tab's
+    /// `sessionStorage` (as browsers do for a tab opened from another), and returns both
+    /// handles (this tab's first). The second tab is the current one afterwards.
+    pub async fn second_tab(&self) -> (fantoccini::wd::WindowHandle, fantoccini::wd::WindowHandle) {
+        let first = self.browser.window().await.unwrap();
+        self.js("window.open(location.href, '_blank');").await;
+        let second = self
+            .browser
+            .windows()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|w| *w != first)
+            .expect("a second tab");
+        self.browser.switch_to_window(second.clone()).await.unwrap();
+        self.wait_for(".card").await;
+        self.record_statuses().await;
+        (first, second)
+    }
+
     pub async fn restart_server_on_same_port(&mut self) {
         self.server.kill();
         let port = self.server.base.rsplit(':').next().unwrap().to_owned();
-        self.server = start_server(&self.db, "", Some(&port)).await;
+        self.server = start_server(&self.db, "", Some(&port), &[]).await;
     }
 }
 
-async fn start_server(db: &TestDb, faults: &str, port: Option<&str>) -> Server {
+async fn start_server(
+    db: &TestDb,
+    faults: &str,
+    port: Option<&str>,
+    env: &[(&str, &str)],
+) -> Server {
     let addr = format!("127.0.0.1:{}", port.unwrap_or("0"));
-    Server::start_with(
-        SERVER,
-        db,
-        &[
-            ("CHECKOUT_FAULTS", faults),
-            ("CHECKOUT_STATIC_DIR", &dist()),
-            ("CHECKOUT_ADDR", &addr),
-        ],
-    )
-    .await
+    let dist = dist();
+    let mut settings = vec![
+        ("CHECKOUT_FAULTS", faults),
+        ("CHECKOUT_STATIC_DIR", dist.as_str()),
+        ("CHECKOUT_ADDR", addr.as_str()),
+    ];
+    settings.extend_from_slice(env);
+    Server::start_with(SERVER, db, &settings).await
 }
 
 /// Reads `idempotency=…` off the server's one-line-per-response log.

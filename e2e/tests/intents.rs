@@ -1,0 +1,273 @@
+//! The widget never loses or misreads an intent: each scenario is one way a shopper could pay
+//! twice, or be told a paid order failed, with a widget that trusted its own state too much.
+
+#[macro_use]
+mod browser;
+
+use std::time::Duration;
+
+use browser::{CART, Checkout};
+use checkout_testkit::{OPENING_BALANCE, wait_until};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// A key retention short enough to outlive within a test.
+const SHORT_TTL: [(&str, &str); 2] = [("CHECKOUT_KEY_TTL_SECS", "2"), ("CHECKOUT_SWEEP_SECS", "1")];
+
+scenario!(
+    unreadable_state_during_a_lost_answer_recovers_the_receipt,
+    "delay_after_commit_ms=1500",
+    [Sqlite, Postgres]
+);
+scenario!(
+    an_unreadable_state_whose_payment_never_arrived_waits_for_a_click,
+    "delay_before_commit_ms=1500",
+    [Sqlite]
+);
+scenario!(
+    a_payment_resumed_after_its_key_expired_shows_its_receipt,
+    "delay_before_commit_ms=1000",
+    env = super::SHORT_TTL,
+    [Sqlite, Postgres]
+);
+scenario!(
+    a_refund_resumed_after_its_key_expired_is_not_made_twice,
+    "delay_before_commit_ms=1000",
+    env = super::SHORT_TTL,
+    [Sqlite, Postgres]
+);
+scenario!(
+    two_tabs_clicking_together_send_once_and_show_one_receipt,
+    "delay_before_commit_ms=1500",
+    [Sqlite, Postgres]
+);
+scenario!(
+    a_reload_between_a_refund_answer_and_the_list_keeps_the_refund,
+    "delay_account_ms=3000",
+    [Sqlite]
+);
+scenario!(
+    a_dead_demo_session_is_replaced_and_the_shopper_reads_russian,
+    "",
+    [Sqlite]
+);
+
+/// Nothing the shopper saw was in English (server `detail` strings are English).
+async fn assert_only_russian(c: &Checkout) {
+    let statuses = c.statuses().await;
+    let page = c.text("main").await.unwrap_or_default();
+    for text in statuses.iter().chain([&page]) {
+        // Words of Latin letters, but not the hex of an id (`pay_0190…`, `ORD-5D90F656`).
+        let english = text
+            .split(|ch: char| !ch.is_ascii_alphabetic())
+            .find(|word| word.len() >= 4 && !word.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(english.is_none(), "English reached the shopper: {text:?}");
+    }
+}
+
+async fn unreadable_state_during_a_lost_answer_recovers_the_receipt(c: Checkout) -> Checkout {
+    c.open().await;
+    let key = c.payment_key().await;
+    c.click("button.pay", 1).await;
+    // The payment commits; its answer is held back.
+    wait_until(
+        "the payment never committed",
+        Duration::from_secs(30),
+        || async { c.payments_in_db().await == 1 },
+    )
+    .await;
+    // A new release renamed a field of the saved state (or a write was cut short); the page
+    // reloads, and the answer is lost with the old page.
+    c.js("const s = sessionStorage.getItem('checkout.state');
+         sessionStorage.setItem('checkout.state', s.replace('\"payment\"', '\"payment_v9\"'));")
+        .await;
+    c.reload().await;
+    c.wait_for_text(".notice", "Не удалось прочитать").await;
+    let receipt = c.assert_paid_once().await;
+    c.screenshot("seen-unreadable-state-recovered").await;
+    assert_eq!(c.payments_in_db().await, 1, "no second debit");
+    assert_eq!(
+        c.payment_key().await,
+        key,
+        "the recovered intent kept its key"
+    );
+    let aside = c
+        .js("return Object.keys(sessionStorage).filter(k => k.startsWith('checkout.state.unreadable')).map(k => sessionStorage.getItem(k));")
+        .await;
+    let aside = aside.as_array().cloned().unwrap_or_default();
+    assert_eq!(aside.len(), 1, "the unreadable state is kept aside");
+    assert!(aside[0].as_str().unwrap().contains(&key));
+    assert!(!receipt.is_empty());
+    assert_only_russian(&c).await;
+    c
+}
+
+async fn an_unreadable_state_whose_payment_never_arrived_waits_for_a_click(
+    c: Checkout,
+) -> Checkout {
+    c.open().await;
+    let key = c.payment_key().await;
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".status", "Оплачиваем").await;
+    // The reload cuts the request before its commit: the server drops it, nothing is paid.
+    c.js("const s = sessionStorage.getItem('checkout.state');
+         sessionStorage.setItem('checkout.state', s.slice(0, s.length - 40));")
+        .await;
+    c.reload().await;
+    c.wait_for_text(".notice", "Не удалось прочитать").await;
+    // The server never knew the key: the intent waits for the shopper, with the same key.
+    c.wait_for("button.pay:not([disabled])").await;
+    assert_eq!(c.payments_in_db().await, 0, "nothing was paid on its own");
+    assert_eq!(c.payment_key().await, key);
+    c.click("button.pay", 1).await;
+    c.assert_paid_once().await;
+    assert_eq!(c.payment_key().await, key, "paid under the salvaged key");
+    c
+}
+
+/// Waits until the server has forgotten `key` (it answers 404 about it to its shopper).
+async fn wait_until_forgotten(api: &checkout_testkit::Api, key: &str) {
+    wait_until("the key never expired", Duration::from_secs(30), || async {
+        api.get(&format!("/api/idempotency-keys/{key}"))
+            .await
+            .status
+            == StatusCode::NOT_FOUND
+    })
+    .await;
+}
+
+async fn a_payment_resumed_after_its_key_expired_shows_its_receipt(c: Checkout) -> Checkout {
+    c.open().await;
+    let key = c.payment_key().await;
+    let api = c.api().await;
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".status", "Оплачиваем").await;
+    // The shopper leaves mid-payment; the payment commits without them; the key expires.
+    c.browser.goto("about:blank").await.unwrap();
+    wait_until(
+        "the payment never committed",
+        Duration::from_secs(30),
+        || async { c.payments_in_db().await == 1 },
+    )
+    .await;
+    wait_until_forgotten(&api, &key).await;
+    // Back to the checkout: the pending intent is looked up, never taken for a failure.
+    c.browser.goto(&c.url()).await.unwrap();
+    c.wait_for(".card").await;
+    let receipt = c.wait_for_text(".payment-id", "pay_").await;
+    assert_eq!(c.payments_in_db().await, 1);
+    assert_eq!(api.balance().await, OPENING_BALANCE - CART);
+    assert_eq!(
+        c.count(".declined").await,
+        0,
+        "a paid order is never shown as declined"
+    );
+    let details = api.get(&format!("/api/payments/{receipt}")).await;
+    assert_eq!(details.status, StatusCode::OK);
+    c.db.assert_invariants_after_key_reuse().await;
+    c
+}
+
+async fn a_refund_resumed_after_its_key_expired_is_not_made_twice(c: Checkout) -> Checkout {
+    c.open().await;
+    c.click("button.pay", 1).await;
+    let payment_id = c.assert_paid_once().await;
+    c.type_into("#refund-amount", "100").await;
+    c.click("button.refund-partial", 1).await;
+    c.wait_for_text(".refund-status", "Возвращаем").await;
+    let key = c.saved_state().await["refund"]["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let api = c.api().await;
+    c.browser.goto("about:blank").await.unwrap();
+    let refunds = || async { c.db.scalar("SELECT COUNT(*) FROM refunds").await };
+    wait_until(
+        "the refund never committed",
+        Duration::from_secs(30),
+        || async { refunds().await == 1 },
+    )
+    .await;
+    wait_until_forgotten(&api, &key).await;
+    c.browser.goto(&c.url()).await.unwrap();
+    c.wait_for(".card").await;
+    c.wait_for_text(".refund-line", "100,00").await;
+    assert_eq!(c.count(".refund-line").await, 1);
+    assert_eq!(refunds().await, 1, "the refund was not made a second time");
+    assert_eq!(api.balance().await, OPENING_BALANCE - CART + 10_000);
+    let details: Value = api.get(&format!("/api/payments/{payment_id}")).await.json();
+    assert_eq!(details["refunded_total"], 10_000);
+    c.db.assert_invariants().await;
+    c
+}
+
+async fn two_tabs_clicking_together_send_once_and_show_one_receipt(c: Checkout) -> Checkout {
+    c.open().await;
+    let key = c.payment_key().await;
+    let (first, second) = c.second_tab().await;
+    c.wait_for("button.pay").await;
+    c.click("button.pay", 1).await;
+    c.browser.switch_to_window(first.clone()).await.unwrap();
+    c.click("button.pay", 1).await;
+    // This tab tells the other tab's story (its state arrived by broadcast); had its click
+    // come first, it would be waiting for the other tab's lock, and say so.
+    c.wait_for_text(".status", "Оплачиваем").await;
+    c.screenshot("seen-second-tab-in-step").await;
+    let receipt = c.assert_paid_once().await;
+    c.browser.switch_to_window(second).await.unwrap();
+    assert_eq!(
+        c.wait_for_text(".payment-id", "pay_").await,
+        receipt,
+        "both tabs show one receipt"
+    );
+    assert_eq!(c.payment_key().await, key);
+    assert_eq!(
+        c.payment_outcomes(),
+        ["first"],
+        "one tab sent the payment; the other waited for it"
+    );
+    c
+}
+
+async fn a_reload_between_a_refund_answer_and_the_list_keeps_the_refund(c: Checkout) -> Checkout {
+    c.open().await;
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".payment-id", "pay_").await;
+    c.type_into("#refund-amount", "100").await;
+    c.click("button.refund-partial", 1).await;
+    c.wait_for_text(".refund-status", "Возвращено 100,00").await;
+    // The balance refresh after the refund is slow; the shopper reloads right away.
+    c.reload().await;
+    c.wait_for_text(".refund-line", "100,00").await;
+    assert_eq!(c.count(".refund-line").await, 1);
+    // «Вернуть всё» offers only what remains.
+    c.click("button.another-refund", 1).await;
+    c.wait_for("button.refund-full").await;
+    c.click("button.refund-full", 1).await;
+    c.wait_for_text(".refund-status", "Возвращено 350,00").await;
+    assert_eq!(c.db.scalar("SELECT COUNT(*) FROM refunds").await, 2);
+    assert_eq!(
+        c.refund_outcomes().iter().filter(|o| *o == "first").count(),
+        2
+    );
+    c.db.assert_invariants().await;
+    c
+}
+
+async fn a_dead_demo_session_is_replaced_and_the_shopper_reads_russian(c: Checkout) -> Checkout {
+    c.open().await;
+    // The shopper's session died (revoked, or the server's database was reset).
+    c.js(
+        "const s = JSON.parse(sessionStorage.getItem('checkout.session'));
+         s.token = 'tok_dead';
+         sessionStorage.setItem('checkout.session', JSON.stringify(s));",
+    )
+    .await;
+    c.reload().await;
+    c.click("button.pay", 1).await;
+    c.assert_paid_once().await;
+    c.wait_for_text(".notice", "демо-сессия").await;
+    c.screenshot("seen-session-renewed").await;
+    assert_only_russian(&c).await;
+    c
+}

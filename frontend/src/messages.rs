@@ -1,0 +1,69 @@
+//! Every word the shopper reads about a refusal or a failure, in Russian, chosen by what
+//! happened (the problem's stable `code`), never taken from the server's English `detail`.
+
+use checkout_shared::ErrorCode;
+
+pub const UNREADABLE_ANSWER: &str = "сервер прислал непонятный ответ";
+pub const STILL_IN_PROGRESS: &str = "сервер всё ещё проводит операцию";
+pub const NO_CONNECTION: &str = "нет связи с сервером";
+pub const SESSION_LOST: &str = "сессия истекла; обновите страницу";
+pub const SESSION_RENEWED: &str = "Прежняя демо-сессия больше не действует, поэтому открыта новая демо-сессия: платежи идут с её счёта.";
+pub const STATE_UNREADABLE: &str = "Не удалось прочитать сохранённое состояние оплаты. Мы проверили на сервере, что стало с начатым платежом: дважды деньги не спишутся.";
+pub const STATE_UNREADABLE_NOTHING_FOUND: &str = "Не удалось прочитать сохранённое состояние оплаты, и в нём не нашлось начатого платежа. Если вы уже платили, проверьте баланс счёта, прежде чем платить снова.";
+pub const STATE_NOT_SAVED: &str =
+    "Браузер не дал сохранить состояние оплаты: не обновляйте страницу, пока платёж не завершится.";
+pub const OTHER_TAB: &str = "выполняется в другой вкладке, ждём…";
+
+/// What a refusal with this `code` means to the shopper.
+pub fn refusal(code: ErrorCode) -> String {
+    match code {
+        ErrorCode::InvalidRequest => "сервер счёл запрос неверным",
+        ErrorCode::Unauthorized => "сессия истекла",
+        ErrorCode::NotFound => "платёж не найден",
+        ErrorCode::MethodNotAllowed => "сервер не принимает такой запрос",
+        ErrorCode::PayloadTooLarge => "запрос слишком велик",
+        ErrorCode::IdempotencyKeyReused => "ключ этой операции уже использован для другой",
+        ErrorCode::IdempotencyKeyInUse => STILL_IN_PROGRESS,
+        ErrorCode::InsufficientFunds => "недостаточно средств",
+        ErrorCode::OrderAlreadyPaid => "этот заказ уже оплачен",
+        ErrorCode::RefundExceedsPayment => "сумма больше того, что осталось вернуть",
+        ErrorCode::RequestTimeout => "сервер не успел ответить",
+        ErrorCode::ServiceUnavailable => "сервис временно недоступен",
+        ErrorCode::InternalError => "ошибка на сервере",
+        ErrorCode::Unknown => "сервер отказал",
+    }
+    .to_owned()
+}
+
+/// A refusal without a problem body: only its status is known.
+pub fn status_refusal(status: u16) -> String {
+    format!("сервер ответил ошибкой {status}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_refusal_is_in_english() {
+        let codes = [
+            ErrorCode::InvalidRequest,
+            ErrorCode::Unauthorized,
+            ErrorCode::NotFound,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::IdempotencyKeyReused,
+            ErrorCode::IdempotencyKeyInUse,
+            ErrorCode::InsufficientFunds,
+            ErrorCode::OrderAlreadyPaid,
+            ErrorCode::RefundExceedsPayment,
+            ErrorCode::RequestTimeout,
+            ErrorCode::ServiceUnavailable,
+            ErrorCode::InternalError,
+            ErrorCode::Unknown,
+        ];
+        for text in codes.map(refusal) {
+            assert!(!text.chars().any(|c| c.is_ascii_alphabetic()), "{text}");
+        }
+    }
+}
