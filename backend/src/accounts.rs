@@ -1,5 +1,5 @@
-//! Accounts: who the caller is (a bearer token, stored only as its hash), their balance, and
-//! demo shoppers.
+//! Accounts: who the caller is (a shopper's bearer token or a shop's secret key, each stored
+//! only as its hash), and their balance.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -7,23 +7,44 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
-use checkout_shared::{Account, DemoSession};
+use checkout_shared::Account;
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::store::{EntryKind, LedgerEntry, Store};
-use crate::{clock, ids};
+use crate::store::{AccountKind, Store};
 
-/// A demo shopper's opening balance: 1 000,00 ₽.
-pub const DEMO_OPENING_BALANCE: i64 = 100_000;
 pub const DEFAULT_CURRENCY: &str = "RUB";
 
-/// The authenticated account a request acts for.
+/// The authenticated account a request acts for: a shopper or a shop.
 #[derive(Clone, Debug)]
 pub struct Principal {
     pub account_id: String,
     pub currency: String,
+    pub kind: AccountKind,
+}
+
+impl Principal {
+    /// Only shoppers pay.
+    pub fn as_shopper(&self) -> Result<&Principal, ApiError> {
+        match self.kind {
+            AccountKind::Shopper => Ok(self),
+            _ => Err(ApiError::Forbidden(
+                "only a shopper can do this; a shop acts with its secret key on its own endpoints"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Only shops create checkout sessions and refund.
+    pub fn as_shop(&self) -> Result<&Principal, ApiError> {
+        match self.kind {
+            AccountKind::Shop => Ok(self),
+            _ => Err(ApiError::Forbidden(
+                "only a shop can do this, with its secret key (sk_…)".into(),
+            )),
+        }
+    }
 }
 
 /// Recently seen tokens, so that a request costs no database round trip to authenticate. A
@@ -47,13 +68,14 @@ impl PrincipalCache {
         if let Some(principal) = self.get(token_hash) {
             return Ok(principal);
         }
-        let (account_id, currency) = store
+        let (account_id, currency, kind) = store
             .account_by_token_hash(token_hash)
             .await?
             .ok_or(ApiError::Unauthorized)?;
         let principal = Principal {
             account_id,
             currency,
+            kind,
         };
         self.put(token_hash.to_owned(), principal.clone());
         Ok(principal)
@@ -79,8 +101,8 @@ impl PrincipalCache {
     }
 }
 
-/// Tokens are random (244 bits), so one unsalted SHA-256 is enough to make a stolen copy of
-/// the database useless for logging in.
+/// Tokens and secret keys are random (244 bits), so one unsalted SHA-256 is enough to make a
+/// stolen copy of the database useless for logging in.
 pub fn token_hash(token: &str) -> String {
     format!("{:x}", Sha256::digest(token.as_bytes()))
 }
@@ -102,47 +124,11 @@ pub async fn get(
     }))
 }
 
-/// `POST /api/demo/session`: a fresh account with its opening credit, in one transaction so
-/// that balance == sum(ledger) holds from its first moment.
-pub async fn create_demo_session(
-    State(app): State<AppState>,
-) -> Result<Json<DemoSession>, ApiError> {
-    if !app.demo {
-        return Err(ApiError::NotFound(
-            "demo mode is off (set CHECKOUT_DEMO=1)".into(),
-        ));
-    }
-    let account_id = ids::new_id("acc_");
-    let token = format!(
-        "tok_{}{}",
+/// A new random credential: `prefix` and 244 random bits in hex.
+pub fn new_secret(prefix: &str) -> String {
+    format!(
+        "{prefix}{}{}",
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
-    );
-    let now_ms = clock::now_ms();
-    let (account, hash) = (account_id.clone(), token_hash(&token));
-    app.store
-        .write(move |tx| {
-            Box::pin(async move {
-                tx.insert_account(
-                    &account,
-                    &hash,
-                    DEFAULT_CURRENCY,
-                    DEMO_OPENING_BALANCE,
-                    now_ms,
-                )
-                .await?;
-                tx.insert_ledger(&LedgerEntry {
-                    account_id: &account,
-                    amount: DEMO_OPENING_BALANCE,
-                    kind: EntryKind::Opening,
-                    claim: None,
-                    payment_id: None,
-                    refund_id: None,
-                    created_at: now_ms,
-                })
-                .await
-            })
-        })
-        .await?;
-    Ok(Json(DemoSession { token, account_id }))
+    )
 }

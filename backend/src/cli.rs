@@ -8,7 +8,8 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use crate::Seams;
-use crate::config::Config;
+use crate::config::{Cli, Command, Config, ShopCommand};
+use crate::store::Store;
 
 /// `checkout-server` as shipped.
 pub fn main() -> ExitCode {
@@ -17,8 +18,8 @@ pub fn main() -> ExitCode {
 
 /// The same program with test or benchmark seams.
 pub fn main_with(seams: Seams) -> ExitCode {
-    let config = match Config::try_parse() {
-        Ok(config) => config,
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(error) if !error.use_stderr() => error.exit(), // --help, --version
         Err(error) => {
             // One clear line, not clap's usage block.
@@ -28,6 +29,13 @@ pub fn main_with(seams: Seams) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Command::Shop {
+        action: ShopCommand::Add { name, webhook_url },
+    }) = cli.command
+    {
+        return shop_add(&cli.config, &name, webhook_url.as_deref());
+    }
+    let config = cli.config;
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
@@ -43,6 +51,49 @@ pub fn main_with(seams: Seams) -> ExitCode {
     };
     match runtime.block_on(crate::run(config, seams)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("checkout-server: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `checkout-server shop add`: prints the new shop's secrets as one JSON line on stdout (the
+/// only time they are shown), or one line on stderr. Works beside a running server, on either
+/// database.
+fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("checkout-server: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let added = runtime.block_on(async {
+        let settings = crate::store::StoreSettings {
+            exclusive: false,
+            ..config.store_settings()
+        };
+        let store = Store::connect(&config.database_url, settings)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot open the database {}: {e}",
+                    config.database_url_redacted()
+                )
+            })?;
+        crate::shops::add(&store, name, webhook_url)
+            .await
+            .map_err(|e| e.to_string())
+    });
+    match added {
+        Ok(shop) => {
+            println!(
+                "{}",
+                serde_json::to_string(&shop).expect("a shop serializes")
+            );
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("checkout-server: {error}");
             ExitCode::FAILURE

@@ -2,16 +2,48 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use clap::{ArgAction, Parser, builder::BoolishValueParser};
+use clap::{ArgAction, Args, Parser, Subcommand, builder::BoolishValueParser};
 
 use crate::store::StoreSettings;
 
+/// The command line: the settings, and what to do (serve, unless told otherwise).
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "checkout-server",
     version,
     about = "The idempotent checkout server"
 )]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: Config,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum Command {
+    /// Shops: merchant accounts that create checkout sessions and refund.
+    Shop {
+        #[command(subcommand)]
+        action: ShopCommand,
+    },
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum ShopCommand {
+    /// Adds a shop and prints, once, one JSON line:
+    /// {"shop_id": …, "secret_key": "sk_…", "signing_secret": "whsec_…"}.
+    Add {
+        /// The name shoppers see.
+        #[arg(long)]
+        name: String,
+        /// Where its events are sent (http or https).
+        #[arg(long)]
+        webhook_url: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, Args)]
 pub struct Config {
     /// `sqlite://FILE` (created if missing) or `postgres://…`; migrations run at start.
     #[arg(long, env = "DATABASE_URL", default_value = "sqlite://checkout.db")]
@@ -67,6 +99,16 @@ pub struct Config {
     #[arg(long = "sqlite-batch", env = "CHECKOUT_SQLITE_BATCH", default_value_t = 64,
           value_parser = clap::value_parser!(u16).range(1..=1_000))]
     pub sqlite_batch: u16,
+
+    /// How long a new checkout session can be paid.
+    #[arg(long = "session-ttl-secs", env = "CHECKOUT_SESSION_TTL_SECS", default_value_t = 1_800,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_ttl_secs: u64,
+
+    /// Demo mode: where the demo shop's credentials (a new secret key at every start) are
+    /// written, for the demo shop's own process. Readable by the owner only.
+    #[arg(long = "demo-shop-file", env = "CHECKOUT_DEMO_SHOP_FILE")]
+    pub demo_shop_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -87,11 +129,17 @@ impl Config {
         Duration::from_millis(self.lock_timeout_ms)
     }
 
+    pub fn session_ttl(&self) -> Duration {
+        Duration::from_secs(self.session_ttl_secs)
+    }
+
+    /// How the server opens its store: holding a SQLite file exclusively.
     pub fn store_settings(&self) -> StoreSettings {
         StoreSettings {
             pool_size: self.db_pool_size(),
             lock_timeout: self.lock_timeout(),
             sqlite_batch: usize::from(self.sqlite_batch),
+            exclusive: true,
         }
     }
 

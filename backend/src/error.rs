@@ -19,6 +19,8 @@ pub enum ApiError {
     #[error("a valid bearer token is required: send `Authorization: Bearer <token>`")]
     Unauthorized,
     #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     NotFound(String),
     #[error("the request body is larger than 1 MiB")]
     PayloadTooLarge,
@@ -55,6 +57,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             ApiError::PayloadTooLarge => {
                 (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)

@@ -71,6 +71,24 @@ impl<S: Send + Sync> FromRequestParts<S> for PaymentIdPath {
     }
 }
 
+/// `{session_id}` in the path. Anything that is not a checkout session's id is not found.
+pub struct SessionIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) if ids::is_id("cs_", &id) => Ok(SessionIdPath(id)),
+            _ => Err(not_a_session()),
+        }
+    }
+}
+
+pub fn not_a_session() -> ApiError {
+    ApiError::NotFound("there is no such checkout session".into())
+}
+
 /// A JSON request body: parsed strictly into `T` (unknown fields, wrong types, fractional or
 /// string amounts are `400`), and kept as a JSON value for the request's fingerprint.
 pub struct JsonBody<T> {

@@ -20,7 +20,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::error::{ApiError, problem_response};
-use crate::{AppState, accounts, keys, payments, refunds};
+use crate::{AppState, accounts, demo, keys, payments, refunds, sessions};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Longer than any transaction should take; a request cut here rolls back, and its retry
@@ -36,12 +36,18 @@ pub fn router(
     wrap: Option<Box<dyn FnOnce(Router) -> Router + Send>>,
 ) -> Router {
     let mut api = Router::new()
+        .route("/api/checkout-sessions", post(sessions::create))
+        .route("/api/checkout-sessions/{session_id}", get(sessions::get))
         .route("/api/payments", post(payments::create))
         .route("/api/payments/{payment_id}", get(payments::get))
         .route("/api/payments/{payment_id}/refunds", post(refunds::create))
         .route("/api/idempotency-keys/{key}", get(keys::status))
         .route("/api/account", get(accounts::get))
-        .route("/api/demo/session", post(accounts::create_demo_session))
+        .route("/api/demo/session", post(demo::create_shopper))
+        .route(
+            "/api/demo/checkout-session",
+            post(demo::create_checkout_session),
+        )
         .route("/healthz", get(healthz));
     if let Some(routes) = routes {
         api = api.merge(routes);

@@ -9,6 +9,12 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::now_v7().simple())
 }
 
+/// An id that must not be guessable (a checkout session's: holding it is enough to see the
+/// session): 122 random bits (UUID v4).
+pub fn new_secret_id(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
 pub fn is_id(prefix: &str, text: &str) -> bool {
     text.strip_prefix(prefix).is_some_and(|hex| {
         hex.len() == 32

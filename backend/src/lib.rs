@@ -2,8 +2,10 @@
 //!
 //! - the protocol (claim → guarded change → ledger → stored response → commit) is the
 //!   framework-free crate `checkout-idempotency`; [`keyed`] turns its outcomes into HTTP;
-//! - [`payments`], [`refunds`]: the operations run inside it, and their handlers;
-//! - [`accounts`]: who is calling, balances, demo shoppers;
+//! - [`sessions`], [`payments`], [`refunds`]: the operations run inside it (a shop fixes what
+//!   is paid for; a shopper pays it; the shop refunds), and their handlers;
+//! - [`accounts`]: who is calling (a shopper or a shop), balances; [`shops`]: adding a shop;
+//!   [`demo`]: demo shoppers and the demo shop;
 //! - [`store`]: SQLite or PostgreSQL behind one API;
 //! - [`http`]: the router and its layers; [`extract`]: what handlers take from a request;
 //!   [`error`]: the problem+json error; [`config`]: settings; [`cli`]: the command.
@@ -16,6 +18,7 @@ pub mod accounts;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod http;
@@ -24,10 +27,13 @@ pub mod keyed;
 pub mod keys;
 pub mod payments;
 pub mod refunds;
+pub mod sessions;
+pub mod shops;
 pub mod store;
 pub mod sweeper;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use checkout_idempotency::{Hooks, Protocol};
@@ -42,6 +48,8 @@ pub struct AppState {
     pub protocol: Protocol,
     pub principals: Arc<accounts::PrincipalCache>,
     pub demo: bool,
+    /// How long a new checkout session can be paid.
+    pub session_ttl: Duration,
 }
 
 /// What a test or benchmark build adds to the server. The shipped binary runs with the
@@ -63,6 +71,8 @@ pub enum StartError {
         url: String,
         source: store::ConnectError,
     },
+    #[error("cannot provision the demo shop: {0}")]
+    DemoShop(#[from] shops::ShopError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -88,6 +98,9 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         })?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
 
+    if config.demo {
+        demo::provision_shop(&store, config.demo_shop_file.as_deref(), None).await?;
+    }
     let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
     let mut protocol = Protocol::new(config.key_ttl()).with_lock_timeout(config.lock_timeout());
     if let Some(hooks) = seams.hooks {
@@ -98,6 +111,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         protocol,
         principals: Arc::default(),
         demo: config.demo,
+        session_ttl: config.session_ttl(),
     };
     let router = http::router(app, &config.static_dir, seams.routes, seams.wrap);
 

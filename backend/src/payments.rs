@@ -1,4 +1,8 @@
-//! Payments: the keyed debit of a shopper's account for one order.
+//! Payments: a shopper pays a checkout session, whose amount its shop fixed. The money moves
+//! from the shopper to the shop in one transaction: the session is taken (at most one payment
+//! each), the shopper's balance is debited (guarded), and the transfer is written as two
+//! ledger rows that sum to zero. The shop's credit waits beside its balance row instead of
+//! updating it, so that no payment to a shop ever queues on that one row.
 
 use axum::Json;
 use axum::extract::State;
@@ -6,7 +10,6 @@ use axum::response::Response;
 use checkout_idempotency::{Claim, Decision, Operation};
 use checkout_shared::{
     CreatePayment, ErrorCode, Payment, PaymentDetails, PaymentStatus, Problem, Refund,
-    validate_amount, validate_currency, validate_order_id,
 };
 
 use crate::AppState;
@@ -16,34 +19,27 @@ use crate::error::ApiError;
 use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
 use crate::ids;
 use crate::keyed::{self, Asked};
-use crate::store::{Charged, NewPayment, PaymentRow, Tx};
+use crate::store::{EntryKind, LedgerEntry, NewPayment, PaymentRow, Tx};
 
-/// A validated payment request.
+/// A validated payment request: this shopper pays this session.
 #[derive(Debug)]
 pub struct Charge {
-    pub order_id: String,
-    pub amount: i64,
+    pub checkout_session_id: String,
+    /// What the shopper's account pays in; the session must be in it.
     pub currency: String,
 }
 
 impl Charge {
     pub fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
-        validate_order_id(&request.order_id).map_err(ApiError::InvalidRequest)?;
-        validate_amount(request.amount).map_err(ApiError::InvalidRequest)?;
-        let currency = request
-            .currency
-            .unwrap_or_else(|| principal.currency.clone());
-        validate_currency(&currency).map_err(ApiError::InvalidRequest)?;
-        if currency != principal.currency {
-            return Err(ApiError::InvalidRequest(format!(
-                "this account pays in {}, not {currency}",
-                principal.currency
-            )));
+        let shopper = principal.as_shopper()?;
+        if !ids::is_id("cs_", &request.checkout_session_id) {
+            return Err(ApiError::InvalidRequest(
+                "checkout_session_id must be a checkout session's id (cs_…)".into(),
+            ));
         }
         Ok(Charge {
-            order_id: request.order_id,
-            amount: request.amount,
-            currency,
+            checkout_session_id: request.checkout_session_id,
+            currency: shopper.currency.clone(),
         })
     }
 }
@@ -63,68 +59,123 @@ pub async fn create(
     keyed::execute(&app, &principal, &key, asked, charge).await
 }
 
-/// The business step of a payment, inside the protocol's transaction: the guarded debit, the
-/// payment row and its ledger entry.
+/// The business step of a payment, inside the protocol's transaction.
 impl Operation<Tx> for Charge {
     type Error = ApiError;
 
     async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+        let shopper = claim.scope.as_str();
+        let session_id = self.checkout_session_id.as_str();
         let payment_id = ids::new_id("pay_");
-        let new_payment = NewPayment {
-            payment_id: &payment_id,
-            order_id: &self.order_id,
-            amount: self.amount,
-            currency: &self.currency,
+        // The session first: paid at most once, and never after it expired.
+        let Some(session) = tx
+            .take_session(session_id, &payment_id, claim.now_ms)
+            .await?
+        else {
+            return not_payable(tx, session_id).await;
         };
-        let balance = match tx.charge(claim, &new_payment).await? {
-            Charged::Debited { balance } => balance,
-            // A payment of this order under another key committed after our check: the unique
-            // index caught it. Undo the debit by rolling back; the next attempt answers 409.
-            Charged::OrderTaken => return Ok(Decision::Restart),
-            Charged::NotDebited => return declined(tx, &claim.scope, self).await,
+        if session.currency != self.currency {
+            return Err(ApiError::InvalidRequest(format!(
+                "the session is in {}; this account pays in {}",
+                session.currency, self.currency
+            )));
+        }
+        // The guarded debit. Short of money: the session is open again, and the decline is
+        // this key's outcome.
+        let Some(balance) = tx.debit(shopper, session.amount).await? else {
+            tx.release_session(session_id, &payment_id).await?;
+            let balance = tx.balance(shopper).await?;
+            let mut problem = Problem::new(
+                402,
+                ErrorCode::InsufficientFunds,
+                format!(
+                    "the balance {balance} is less than the amount {}",
+                    session.amount
+                ),
+            );
+            problem.balance = Some(balance);
+            return Ok(Decision::Respond(keyed::declined(&problem)));
         };
-        let payment = Payment {
+        let inserted = tx
+            .insert_payment(
+                claim,
+                &NewPayment {
+                    payment_id: &payment_id,
+                    checkout_session_id: session_id,
+                    shopper_account_id: shopper,
+                    shop_account_id: &session.shop_account_id,
+                    order_id: &session.order_id,
+                    amount: session.amount,
+                    currency: &session.currency,
+                    balance_after: balance,
+                },
+            )
+            .await?;
+        if !inserted {
+            // Another payment of this session committed first: the next attempt says so.
+            return Ok(Decision::Restart);
+        }
+        // The transfer, in double entry: the shopper's debit (with the key's claim), the shop's
+        // credit, which waits to be folded into the shop's balance.
+        for (account_id, amount, keyed_side) in [
+            (shopper, -session.amount, Some(claim)),
+            (session.shop_account_id.as_str(), session.amount, None),
+        ] {
+            tx.insert_ledger(&LedgerEntry {
+                account_id,
+                amount,
+                kind: EntryKind::Payment,
+                claim: keyed_side,
+                payment_id: Some(&payment_id),
+                refund_id: None,
+                created_at: claim.now_ms,
+            })
+            .await?;
+        }
+        tx.credit_unfolded(&payment_id, &session.shop_account_id, session.amount)
+            .await?;
+        Ok(Decision::Respond(keyed::created(&Payment {
             payment_id,
-            order_id: self.order_id.clone(),
-            amount: self.amount,
-            currency: self.currency.clone(),
+            checkout_session_id: Some(self.checkout_session_id.clone()),
+            order_id: session.order_id,
+            amount: session.amount,
+            currency: session.currency,
             status: PaymentStatus::Succeeded,
-            balance,
+            balance: Some(balance),
             created_at: clock::rfc3339(claim.now_ms),
-        };
-        Ok(Decision::Respond(keyed::created(&payment)))
+        })))
     }
 }
 
-/// Why nothing was debited: the order was paid already (`409`), or the balance is short (`402`).
-/// Both are outcomes, stored under the key.
-async fn declined(tx: &mut Tx, account_id: &str, charge: &Charge) -> Result<Decision, ApiError> {
-    if let Some(payment_id) = tx.paid_order(account_id, &charge.order_id).await? {
-        let mut problem = Problem::new(
-            409,
-            ErrorCode::OrderAlreadyPaid,
-            format!(
-                "order {} is already paid by payment {payment_id}",
-                charge.order_id
-            ),
-        );
-        problem.payment_id = Some(payment_id);
-        return Ok(Decision::Respond(keyed::declined(&problem)));
-    }
-    let balance = tx.balance(account_id).await?;
-    let mut problem = Problem::new(
-        402,
-        ErrorCode::InsufficientFunds,
-        format!(
-            "the balance {balance} is less than the amount {}",
-            charge.amount
+/// Why a session could not be taken: unknown (`404`, nothing stored), paid already (`409` with
+/// its payment), or expired (`410`). The last two are this key's outcome.
+async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, ApiError> {
+    let Some(session) = tx.session(session_id).await? else {
+        return Err(ApiError::NotFound(
+            "there is no such checkout session".into(),
+        ));
+    };
+    let problem = match (session.status.as_str(), session.payment_id) {
+        ("paid", Some(payment_id)) => {
+            let mut problem = Problem::new(
+                409,
+                ErrorCode::SessionAlreadyPaid,
+                format!("checkout session {session_id} is already paid by payment {payment_id}"),
+            );
+            problem.payment_id = Some(payment_id);
+            problem
+        }
+        _ => Problem::new(
+            410,
+            ErrorCode::SessionExpired,
+            format!("checkout session {session_id} has expired; the shop can make a new one"),
         ),
-    );
-    problem.balance = Some(balance);
+    };
     Ok(Decision::Respond(keyed::declined(&problem)))
 }
 
-/// `GET /api/payments/{payment_id}`: only its owner sees it; to anyone else it does not exist.
+/// `GET /api/payments/{payment_id}`: for its shopper and its shop; to anyone else it does not
+/// exist. Each sees its own balance and not the other's.
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
@@ -135,9 +186,10 @@ pub async fn get(
         .payment_with_refunds(&principal.account_id, &payment_id)
         .await?
         .ok_or_else(|| not_found(&payment_id))?;
+    let shop_is_asking = row.shop_account_id == principal.account_id;
     Ok(Json(PaymentDetails {
         refunded_total: row.refunded,
-        payment: payment_of(row),
+        payment: payment_of(row, !shop_is_asking),
         refunds: refunds
             .into_iter()
             .map(|r| Refund {
@@ -145,7 +197,7 @@ pub async fn get(
                 payment_id: r.payment_id,
                 amount: r.amount,
                 refunded_total: r.refunded_total_after,
-                balance: r.balance_after,
+                balance: shop_is_asking.then_some(r.balance_after),
                 created_at: clock::rfc3339(r.created_at),
             })
             .collect(),
@@ -153,17 +205,18 @@ pub async fn get(
 }
 
 pub(crate) fn not_found(payment_id: &str) -> ApiError {
-    ApiError::NotFound(format!("there is no payment {payment_id} on this account"))
+    ApiError::NotFound(format!("there is no payment {payment_id} of yours"))
 }
 
-fn payment_of(row: PaymentRow) -> Payment {
+fn payment_of(row: PaymentRow, with_shopper_balance: bool) -> Payment {
     Payment {
         payment_id: row.payment_id,
+        checkout_session_id: row.checkout_session_id,
         order_id: row.order_id,
         amount: row.amount,
         currency: row.currency,
         status: PaymentStatus::Succeeded,
-        balance: row.balance_after,
+        balance: with_shopper_balance.then_some(row.balance_after),
         created_at: clock::rfc3339(row.created_at),
     }
 }

@@ -1,4 +1,8 @@
-//! Refunds: keyed credits back against a payment, never more in total than the payment.
+//! Refunds: the shop that was paid credits part or all of a payment back to its shopper, with
+//! a key of its own. Refunds of a payment never exceed it, and the shop's balance never goes
+//! below zero: the shop's waiting credits are folded into its balance under the balance row's
+//! lock, then the refund is debited from it, guarded. Shop refunds queue on that row; payments
+//! to the shop never do.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -30,6 +34,7 @@ pub async fn create(
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreateRefund>,
 ) -> Result<Response, ApiError> {
+    let shop = principal.as_shop()?;
     let route = format!("/api/payments/{payment_id}/refunds");
     validate_amount(body.value.amount).map_err(ApiError::InvalidRequest)?;
     let order = RefundOrder {
@@ -40,23 +45,22 @@ pub async fn create(
         route: &route,
         body: &body.canonical,
     };
-    keyed::execute(&app, &principal, &key, asked, order).await
+    keyed::execute(&app, shop, &key, asked, order).await
 }
 
-/// The business step of a refund, inside the protocol's transaction: the guarded increase of
-/// the payment's refunded total, the credit, the refund row and its ledger entry.
+/// The business step of a refund, inside the protocol's transaction.
 impl Operation<Tx> for RefundOrder {
     type Error = ApiError;
 
     async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
-        let account_id = claim.scope.as_str();
-        let Some(refunded_total) = tx
-            .add_refunded(account_id, &self.payment_id, self.amount)
-            .await?
+        let shop = claim.scope.as_str();
+        // Never more than remains of the payment.
+        let Some((refunded_total, shopper)) =
+            tx.add_refunded(shop, &self.payment_id, self.amount).await?
         else {
             // Not stored: an unknown payment is the caller's mistake, not an outcome.
             let payment = tx
-                .payment(account_id, &self.payment_id)
+                .payment_of_shop(shop, &self.payment_id)
                 .await?
                 .ok_or_else(|| not_found(&self.payment_id))?;
             let refundable = payment.amount - payment.refunded;
@@ -72,8 +76,23 @@ impl Operation<Tx> for RefundOrder {
             problem.refundable = Some(refundable);
             return Ok(Decision::Respond(keyed::declined(&problem)));
         };
-
-        let balance = tx.credit(account_id, self.amount).await?;
+        // Never below zero: every credit committed so far folded in, then the guarded debit.
+        let folded = tx.fold_credits(shop).await?;
+        let Some(balance) = tx.debit(shop, self.amount).await? else {
+            tx.undo_refunded(shop, &self.payment_id, self.amount)
+                .await?;
+            let mut problem = Problem::new(
+                402,
+                ErrorCode::InsufficientFunds,
+                format!(
+                    "the shop's balance {folded} is less than the refund {}",
+                    self.amount
+                ),
+            );
+            problem.balance = Some(folded);
+            return Ok(Decision::Respond(keyed::declined(&problem)));
+        };
+        tx.credit(&shopper, self.amount).await?;
         let refund_id = ids::new_id("ref_");
         tx.insert_refund(
             claim,
@@ -86,25 +105,30 @@ impl Operation<Tx> for RefundOrder {
             },
         )
         .await?;
-        tx.insert_ledger(&LedgerEntry {
-            account_id,
-            amount: self.amount,
-            kind: EntryKind::Refund,
-            claim: Some(claim),
-            payment_id: Some(&self.payment_id),
-            refund_id: Some(&refund_id),
-            created_at: claim.now_ms,
-        })
-        .await?;
-
-        let refund = Refund {
+        // The transfer, in double entry: the shop's debit (with the key's claim), the shopper's
+        // credit.
+        for (account_id, amount, keyed_side) in [
+            (shop, -self.amount, Some(claim)),
+            (shopper.as_str(), self.amount, None),
+        ] {
+            tx.insert_ledger(&LedgerEntry {
+                account_id,
+                amount,
+                kind: EntryKind::Refund,
+                claim: keyed_side,
+                payment_id: Some(&self.payment_id),
+                refund_id: Some(&refund_id),
+                created_at: claim.now_ms,
+            })
+            .await?;
+        }
+        Ok(Decision::Respond(keyed::created(&Refund {
             refund_id,
             payment_id: self.payment_id.clone(),
             amount: self.amount,
             refunded_total,
-            balance,
+            balance: Some(balance),
             created_at: clock::rfc3339(claim.now_ms),
-        };
-        Ok(Decision::Respond(keyed::created(&refund)))
+        })))
     }
 }

@@ -7,7 +7,7 @@ const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
 use futures::future::join_all;
 use reqwest::StatusCode;
-use support::{Backend, OPENING_BALANCE, Server, TestDb, new_key, payment};
+use support::{Backend, OPENING_BALANCE, Server, TestDb, new_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_sharing_postgres_execute_each_key_once() {
@@ -18,10 +18,11 @@ async fn two_instances_sharing_postgres_execute_each_key_once() {
     );
     let shopper = one.api().shopper().await;
     let via = [shopper.clone(), shopper.on(&two)];
+    let shop = two.add_shop("Лавка").await;
 
     // 64 copies of one request, alternating between the instances.
     let key = new_key();
-    let body = payment("ord-split", 7_000);
+    let body = shop.checkout("ord-split", 7_000).await;
     let answers = join_all((0..64).map(|i| via[i % 2].pay(&key, &body))).await;
     let firsts = answers
         .iter()
@@ -40,10 +41,14 @@ async fn two_instances_sharing_postgres_execute_each_key_once() {
     }
 
     // Distinct payments spread over both instances, each sent twice at once (once to each).
-    let results = join_all((0..30).map(|i| {
+    let mut bodies = Vec::new();
+    for i in 0..30 {
+        bodies.push(shop.checkout(&format!("ord-{i}"), 1_000).await);
+    }
+    let results = join_all(bodies.into_iter().map(|body| {
         let via = via.clone();
         async move {
-            let (key, body) = (new_key(), payment(&format!("ord-{i}"), 1_000));
+            let key = new_key();
             let (a, b) = futures::join!(
                 via[0].pay_until_definite(&key, &body),
                 via[1].pay_until_definite(&key, &body)
@@ -55,6 +60,7 @@ async fn two_instances_sharing_postgres_execute_each_key_once() {
     .await;
     assert!(results.iter().all(|a| a.status == StatusCode::CREATED));
     assert_eq!(via[1].balance().await, OPENING_BALANCE - 7_000 - 30 * 1_000);
+    assert_eq!(shop.balance().await, 7_000 + 30 * 1_000);
     db.assert_invariants().await;
 }
 
@@ -64,8 +70,9 @@ async fn sigterm_stops_the_server_cleanly() {
         let db = TestDb::new(backend).await;
         let mut server = Server::start(SERVER, &db).await;
         let shopper = server.api().shopper().await;
+        let body = server.add_shop("Лавка").await.checkout("ord-t", 100).await;
         assert_eq!(
-            shopper.pay(&new_key(), &payment("ord-t", 100)).await.status,
+            shopper.pay(&new_key(), &body).await.status,
             StatusCode::CREATED
         );
         let status = server.terminate();
@@ -170,8 +177,10 @@ async fn the_shipped_server_has_no_bench_route_and_no_fault_hooks() {
                        drop_after_commit=5,delay_after_commit_ms=10000";
     let server = Server::start_with(SERVER, &db, &[("CHECKOUT_FAULTS", every_fault)]).await;
     let shopper = server.api().shopper().await;
+    let shop = server.add_shop("Лавка").await;
+    let body = shop.checkout("ord-f", 100).await;
     let unkeyed = shopper
-        .send(shopper.post("/api/bench/unkeyed-payments", None, &payment("ord-b", 100)))
+        .send(shopper.post("/api/bench/unkeyed-payments", None, &body))
         .await
         .unwrap();
     unkeyed.assert_problem(404, "not_found");
@@ -179,7 +188,7 @@ async fn the_shipped_server_has_no_bench_route_and_no_fault_hooks() {
     // Any of those faults would make the first answer a 409, a 503 or a cut connection.
     let key = new_key();
     let started = std::time::Instant::now();
-    let first = shopper.pay(&key, &payment("ord-f", 100)).await;
+    let first = shopper.pay(&key, &body).await;
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(10),
@@ -252,6 +261,7 @@ async fn a_second_server_on_the_same_sqlite_file_is_refused() {
     let db = TestDb::new(Backend::Sqlite).await;
     let first = Server::start(SERVER, &db).await;
     let shopper = first.api().shopper().await;
+    let body = first.add_shop("Лавка").await.checkout("ord-1", 100).await;
 
     let out = run_server(&[("DATABASE_URL", &db.url)]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -264,7 +274,7 @@ async fn a_second_server_on_the_same_sqlite_file_is_refused() {
         "{stderr}"
     );
 
-    let paid = shopper.pay(&new_key(), &payment("ord-1", 100)).await;
+    let paid = shopper.pay(&new_key(), &body).await;
     assert_eq!(paid.status, StatusCode::CREATED, "the first server goes on");
     drop(first);
     let next = Server::start(SERVER, &db).await;

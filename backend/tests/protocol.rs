@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use checkout_backend::error::ApiError;
-use checkout_backend::store::{EntryKind, LedgerEntry, Store, StoreError, StoreSettings, Tx};
+use checkout_backend::store::{
+    AccountKind, EntryKind, LedgerEntry, Store, StoreError, StoreSettings, Tx,
+};
 use checkout_idempotency::{
     Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
     Operation, Outcome, Protocol, StoredResponse, now_ms,
@@ -39,6 +41,7 @@ async fn setup(backend: Backend) -> (TestDb, Store) {
         pool_size: 8,
         lock_timeout: LOCK_TIMEOUT,
         sqlite_batch: 64,
+        exclusive: true,
     };
     let store = Store::connect(&db.url, settings).await.unwrap();
     store
@@ -46,7 +49,7 @@ async fn setup(backend: Backend) -> (TestDb, Store) {
             Box::pin(async move {
                 for account in ["acc_a", "acc_b"] {
                     let hash = format!("hash-{account}");
-                    tx.insert_account(account, &hash, "RUB", 0, now_ms())
+                    tx.insert_account(account, &hash, AccountKind::Shopper, "RUB", 0, now_ms())
                         .await?;
                 }
                 Ok(())

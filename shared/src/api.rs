@@ -2,19 +2,85 @@
 
 use serde::{Deserialize, Serialize};
 
-/// `POST /api/payments`: debit the principal's account for one order.
+/// One line of a checkout session: what is bought, how many, at what unit price.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineItem {
+    pub name: String,
+    pub quantity: u32,
+    /// Kopecks.
+    pub unit_price: i64,
+}
+
+impl LineItem {
+    /// `quantity × unit_price`, or `None` past what an `i64` holds.
+    pub fn total(&self) -> Option<i64> {
+        self.unit_price.checked_mul(i64::from(self.quantity))
+    }
+}
+
+/// `POST /api/checkout-sessions` (a shop, keyed): what is to be paid for. The amount is the
+/// shop's; the shopper's browser only confirms it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCheckoutSession {
+    pub order_id: String,
+    /// Kopecks, `1..=10^12`; the items, if given, must sum to it.
+    pub amount: i64,
+    /// Defaults to the shop's currency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<LineItem>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckoutSessionStatus {
+    Open,
+    Paid,
+    Expired,
+}
+
+/// A checkout session: the shop's answer to its `POST`, and (with the shop's name) the public
+/// view a widget renders from `GET /api/checkout-sessions/{session_id}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckoutSession {
+    pub session_id: String,
+    /// Present in the public view: whom the shopper pays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shop: Option<ShopView>,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub items: Vec<LineItem>,
+    pub status: CheckoutSessionStatus,
+    /// RFC 3339: after it an unpaid session cannot be paid.
+    pub expires_at: String,
+    #[serde(default)]
+    pub payment_id: Option<String>,
+}
+
+/// A shop as a shopper sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShopView {
+    pub name: String,
+}
+
+/// `POST /api/payments` (a shopper, keyed): pay this checkout session, whose amount the shop
+/// fixed. Any other field (an `amount` above all) is refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreatePayment {
-    pub order_id: String,
-    /// Kopecks, `1..=10^12`.
-    pub amount: i64,
-    /// Defaults to the account's currency; any other currency is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub currency: Option<String>,
+    pub checkout_session_id: String,
 }
 
-/// `POST /api/payments/{payment_id}/refunds`: credit part or all of a payment back.
+/// `POST /api/payments/{payment_id}/refunds` (the paid shop, keyed): credit part or all of a
+/// payment back to its shopper.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRefund {
@@ -31,12 +97,16 @@ pub enum PaymentStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payment {
     pub payment_id: String,
+    /// `None` only for payments made before checkout sessions existed.
+    #[serde(default)]
+    pub checkout_session_id: Option<String>,
     pub order_id: String,
     pub amount: i64,
     pub currency: String,
     pub status: PaymentStatus,
-    /// The account's balance right after this debit.
-    pub balance: i64,
+    /// The shopper's balance right after this debit: shown to the shopper only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<i64>,
     /// RFC 3339, UTC.
     pub created_at: String,
 }
@@ -49,8 +119,9 @@ pub struct Refund {
     pub amount: i64,
     /// All refunds of the payment so far, this one included.
     pub refunded_total: i64,
-    /// The account's balance right after this credit.
-    pub balance: i64,
+    /// The shop's balance right after this refund: shown to the shop only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<i64>,
     pub created_at: String,
 }
 
@@ -69,6 +140,15 @@ pub struct Account {
     pub account_id: String,
     pub balance: i64,
     pub currency: String,
+}
+
+/// `POST /api/demo/checkout-session` (demo mode only): a checkout session of the demo shop for
+/// one of its demo carts, made server-side (the browser never names an amount).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DemoCart {
+    /// Which demo cart: any number, taken modulo the number of carts.
+    pub cart: u32,
 }
 
 /// `POST /api/demo/session`: a fresh demo shopper holding 1 000,00 ₽.

@@ -9,8 +9,9 @@ pub mod money;
 pub mod problem;
 
 pub use api::{
-    Account, CreatePayment, CreateRefund, DemoSession, KeyState, KeyStatus, Payment,
-    PaymentDetails, PaymentStatus, Refund,
+    Account, CheckoutSession, CheckoutSessionStatus, CreateCheckoutSession, CreatePayment,
+    CreateRefund, DemoCart, DemoSession, KeyState, KeyStatus, LineItem, Payment, PaymentDetails,
+    PaymentStatus, Refund, ShopView,
 };
 pub use key::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,

@@ -19,6 +19,10 @@ pub enum ErrorCode {
     InsufficientFunds,
     OrderAlreadyPaid,
     RefundExceedsPayment,
+    Forbidden,
+    OrderSessionExists,
+    SessionAlreadyPaid,
+    SessionExpired,
     RequestTimeout,
     ServiceUnavailable,
     InternalError,
@@ -39,6 +43,10 @@ impl ErrorCode {
             ErrorCode::InsufficientFunds => "insufficient_funds",
             ErrorCode::OrderAlreadyPaid => "order_already_paid",
             ErrorCode::RefundExceedsPayment => "refund_exceeds_payment",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::OrderSessionExists => "order_session_exists",
+            ErrorCode::SessionAlreadyPaid => "session_already_paid",
+            ErrorCode::SessionExpired => "session_expired",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::InternalError => "internal_error",
@@ -59,6 +67,10 @@ impl ErrorCode {
             ErrorCode::InsufficientFunds => "Insufficient funds",
             ErrorCode::OrderAlreadyPaid => "The order is already paid",
             ErrorCode::RefundExceedsPayment => "The refund exceeds what remains of the payment",
+            ErrorCode::Forbidden => "Not allowed for this kind of account",
+            ErrorCode::OrderSessionExists => "The order already has a checkout session",
+            ErrorCode::SessionAlreadyPaid => "The checkout session is already paid",
+            ErrorCode::SessionExpired => "The checkout session has expired",
             ErrorCode::RequestTimeout => "The request took too long",
             ErrorCode::ServiceUnavailable => "The service is temporarily unavailable",
             ErrorCode::InternalError => "Internal error",
@@ -77,10 +89,15 @@ pub struct Problem {
     pub status: u16,
     pub detail: String,
     pub code: ErrorCode,
-    /// For `order_already_paid` and `refund_exceeds_payment`: the payment concerned.
+    /// For `order_session_exists`: the order's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkout_session_id: Option<String>,
+    /// For `session_already_paid`, `order_already_paid` and `refund_exceeds_payment`: the
+    /// payment concerned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment_id: Option<String>,
-    /// For `insufficient_funds`: the balance at the time of the decline.
+    /// For `insufficient_funds`: the balance at the time of the decline (the shopper's to the
+    /// shopper, the shop's to the shop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance: Option<i64>,
     /// For `refund_exceeds_payment`: what may still be refunded.
@@ -100,6 +117,7 @@ impl Problem {
             status,
             detail: detail.into(),
             code,
+            checkout_session_id: None,
             payment_id: None,
             balance: None,
             refundable: None,

@@ -110,28 +110,49 @@ impl TestDb {
     pub async fn broken_invariants(&self, one_movement_per_key: bool) -> Vec<&'static str> {
         let mut checks = vec![
             (
-                "balance == sum(ledger), never negative",
+                "balance + unfolded credits == sum(ledger), balance never negative",
                 "\
-                SELECT COUNT(*) FROM accounts a WHERE a.balance < 0 OR a.balance <> \
-                  (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)",
+                SELECT COUNT(*) FROM accounts a WHERE a.balance < 0 OR a.balance \
+                  + (SELECT CAST(COALESCE(SUM(u.amount), 0) AS BIGINT) FROM unfolded_credits u WHERE u.account_id = a.account_id) \
+                  <> (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)",
             ),
             (
-                "at most one succeeded payment per (account, order_id)",
+                "the sum of all balances equals the sum of opening entries",
                 "\
-                SELECT COUNT(*) FROM (SELECT account_id, order_id FROM payments \
-                  GROUP BY account_id, order_id HAVING COUNT(*) > 1) d",
+                SELECT CAST(CASE WHEN \
+                  (SELECT COALESCE(SUM(balance), 0) FROM accounts) + (SELECT COALESCE(SUM(amount), 0) FROM unfolded_credits) \
+                  = (SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE kind = 'opening') THEN 0 ELSE 1 END AS BIGINT)",
             ),
             (
-                "every payment is exactly one ledger debit of its amount",
+                "every transfer is two ledger rows summing to zero",
+                "\
+                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id FROM ledger WHERE kind <> 'opening' \
+                  GROUP BY kind, payment_id, refund_id HAVING COUNT(*) <> 2 OR SUM(amount) <> 0) t",
+            ),
+            (
+                "every transfer has exactly one row carrying its key's claim",
+                "\
+                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id FROM ledger WHERE kind <> 'opening' \
+                  GROUP BY kind, payment_id, refund_id \
+                  HAVING SUM(CASE WHEN claim_id IS NOT NULL AND idempotency_key IS NOT NULL THEN 1 ELSE 0 END) <> 1) t",
+            ),
+            (
+                "every payment debits its shopper and credits its shop, once each",
                 "\
                 SELECT COUNT(*) FROM payments p WHERE 1 <> \
-                  (SELECT COUNT(*) FROM ledger l WHERE l.payment_id = p.payment_id AND l.kind = 'payment' AND l.amount = -p.amount)",
+                  (SELECT COUNT(*) FROM ledger l WHERE l.payment_id = p.payment_id AND l.kind = 'payment' \
+                    AND l.account_id = p.shopper_account_id AND l.amount = -p.amount) \
+                  OR 1 <> (SELECT COUNT(*) FROM ledger l WHERE l.payment_id = p.payment_id AND l.kind = 'payment' \
+                    AND l.account_id = p.shop_account_id AND l.amount = p.amount)",
             ),
             (
-                "every refund is exactly one ledger credit of its amount",
+                "every refund debits the shop and credits the shopper, once each",
                 "\
-                SELECT COUNT(*) FROM refunds r WHERE 1 <> \
-                  (SELECT COUNT(*) FROM ledger l WHERE l.refund_id = r.refund_id AND l.kind = 'refund' AND l.amount = r.amount)",
+                SELECT COUNT(*) FROM refunds r JOIN payments p ON p.payment_id = r.payment_id WHERE 1 <> \
+                  (SELECT COUNT(*) FROM ledger l WHERE l.refund_id = r.refund_id AND l.kind = 'refund' \
+                    AND l.account_id = p.shop_account_id AND l.amount = -r.amount) \
+                  OR 1 <> (SELECT COUNT(*) FROM ledger l WHERE l.refund_id = r.refund_id AND l.kind = 'refund' \
+                    AND l.account_id = p.shopper_account_id AND l.amount = r.amount)",
             ),
             (
                 "refunds of a payment sum to its refunded total, at most its amount",
@@ -140,21 +161,37 @@ impl TestDb {
                   (SELECT CAST(COALESCE(SUM(r.amount), 0) AS BIGINT) FROM refunds r WHERE r.payment_id = p.payment_id)",
             ),
             (
+                "at most one payment per checkout session",
+                "\
+                SELECT COUNT(*) FROM (SELECT checkout_session_id FROM payments WHERE checkout_session_id IS NOT NULL \
+                  GROUP BY checkout_session_id HAVING COUNT(*) > 1) d",
+            ),
+            (
+                "a session is paid exactly when a payment of its amount to its shop names it",
+                "\
+                SELECT (SELECT COUNT(*) FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
+                    WHERE s.status <> 'paid' OR s.payment_id <> p.payment_id OR s.amount <> p.amount \
+                       OR s.shop_account_id <> p.shop_account_id OR s.order_id <> p.order_id) \
+                  + (SELECT COUNT(*) FROM checkout_sessions s WHERE (s.status = 'paid') <> \
+                    EXISTS (SELECT 1 FROM payments p WHERE p.payment_id = s.payment_id AND p.checkout_session_id = s.session_id))",
+            ),
+            (
+                "a shop's waiting credit is its payment's amount",
+                "\
+                SELECT COUNT(*) FROM unfolded_credits u LEFT JOIN payments p ON p.payment_id = u.payment_id \
+                 WHERE p.payment_id IS NULL OR u.account_id <> p.shop_account_id OR u.amount <> p.amount",
+            ),
+            (
                 "every committed key is done and has its stored response",
                 "\
                 SELECT COUNT(*) FROM idempotency_keys \
                  WHERE status <> 'done' OR response_status IS NULL OR response_body IS NULL",
             ),
-            (
-                "every money movement under a key has that key's claim",
-                "\
-                SELECT COUNT(*) FROM ledger WHERE kind <> 'opening' AND (idempotency_key IS NULL OR claim_id IS NULL)",
-            ),
         ];
         if one_movement_per_key {
-            checks.push(("at most one ledger movement per (account, key)", "\
+            checks.push(("at most one ledger movement per (principal, key)", "\
                 SELECT COUNT(*) FROM (SELECT account_id, idempotency_key FROM ledger \
-                  WHERE idempotency_key IS NOT NULL GROUP BY account_id, idempotency_key HAVING COUNT(*) > 1) d"));
+                  WHERE claim_id IS NOT NULL GROUP BY account_id, idempotency_key HAVING COUNT(*) > 1) d"));
         }
         let mut conn = self.connect().await;
         let mut broken = Vec::new();
@@ -171,6 +208,8 @@ impl TestDb {
 /// A running `checkout-server` process.
 pub struct Server {
     pub base: String,
+    binary: String,
+    database_url: String,
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -221,16 +260,24 @@ impl Server {
                 }
             });
         }
+        // Only the readers hold a sender now: a server that exits ends the wait at once.
+        drop(addr_tx);
         let addr =
             tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(60)))
                 .await
                 .unwrap();
         let addr = match addr {
             Ok(addr) => addr,
-            Err(_) => panic!("the server did not start: {:?}", child.try_wait()),
+            Err(_) => panic!(
+                "the server did not start ({:?}):\n{}",
+                child.try_wait(),
+                log.lock().unwrap().join("\n")
+            ),
         };
         Server {
             base: format!("http://{addr}"),
+            binary: binary.to_owned(),
+            database_url: db.url.clone(),
             child,
             log,
         }
@@ -268,6 +315,96 @@ impl Server {
     pub fn api(&self) -> Api {
         Api::new(&self.base)
     }
+
+    /// A new shop, added as an operator adds one: `checkout-server shop add` over the same
+    /// database, beside the running server.
+    pub async fn add_shop(&self, name: &str) -> Shop {
+        add_shop(&self.binary, &self.database_url, &self.base, name).await
+    }
+}
+
+/// A shop as a test drives it: its secrets (shown once, by `shop add`) and its API client.
+#[derive(Clone)]
+pub struct Shop {
+    pub shop_id: String,
+    pub signing_secret: String,
+    pub api: Api,
+}
+
+/// Runs `checkout-server shop add --name NAME` over `database_url` and reads its one JSON line.
+pub async fn add_shop(binary: &str, database_url: &str, base: &str, name: &str) -> Shop {
+    let output = tokio::process::Command::new(binary)
+        .args(["shop", "add", "--name", name])
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("checkout-server shop add runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "shop add failed: {}{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "shop add prints one line: {stdout}");
+    let printed: Value = serde_json::from_str(lines[0]).expect("shop add prints JSON");
+    let text = |field: &str| printed[field].as_str().expect(field).to_owned();
+    Shop {
+        shop_id: text("shop_id"),
+        signing_secret: text("signing_secret"),
+        api: Api {
+            token: Some(text("secret_key")),
+            ..Api::new(base)
+        },
+    }
+}
+
+impl Shop {
+    /// Creates a checkout session under `key`: the raw answer.
+    pub async fn try_session(&self, key: &str, body: &Value) -> Answer {
+        self.api
+            .send(self.api.post("/api/checkout-sessions", Some(key), body))
+            .await
+            .expect("the server answers")
+    }
+
+    /// A new open session for `order_id` and `amount` (one item), under a fresh key: its id.
+    pub async fn session(&self, order_id: &str, amount: i64) -> String {
+        let answer = self
+            .try_session(&new_key(), &session_request(order_id, amount))
+            .await;
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        answer.json()["session_id"].as_str().unwrap().to_owned()
+    }
+
+    /// The request body that pays a new session for `order_id` and `amount`.
+    pub async fn checkout(&self, order_id: &str, amount: i64) -> Value {
+        pay_session(&self.session(order_id, amount).await)
+    }
+
+    pub async fn refund(&self, payment_id: &str, key: &str, amount: i64) -> Answer {
+        self.api.refund(payment_id, key, amount).await
+    }
+
+    pub async fn balance(&self) -> i64 {
+        self.api.balance().await
+    }
+}
+
+/// A session's request: one item making up the amount.
+pub fn session_request(order_id: &str, amount: i64) -> Value {
+    json!({
+        "order_id": order_id,
+        "amount": amount,
+        "description": format!("Заказ {order_id}"),
+        "items": [{ "name": "Товар", "quantity": 1, "unit_price": amount }],
+    })
+}
+
+/// The body of a payment of this session.
+pub fn pay_session(session_id: &str) -> Value {
+    json!({ "checkout_session_id": session_id })
 }
 
 impl Drop for Server {
@@ -436,6 +573,11 @@ impl Api {
         answer.json()["balance"].as_i64().unwrap()
     }
 
+    /// [`Api::pay_until_definite`] owning its arguments, for many payments started at once.
+    pub async fn pay_until_definite_owned(&self, key: String, body: Value) -> Answer {
+        self.pay_until_definite(&key, &body).await
+    }
+
     /// Retries a payment with the same key until it has a definite answer, as a client must
     /// after a `409` in use or a lost connection. Bounded: it gives up after 200 tries.
     pub async fn pay_until_definite(&self, key: &str, body: &Value) -> Answer {
@@ -473,10 +615,6 @@ where
         assert!(std::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-pub fn payment(order_id: &str, amount: i64) -> Value {
-    json!({ "order_id": order_id, "amount": amount })
 }
 
 pub fn new_key() -> String {

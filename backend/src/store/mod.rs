@@ -92,6 +92,9 @@ pub struct StoreSettings {
     pub lock_timeout: Duration,
     /// Units of work per SQLite commit at most (1: a commit per request).
     pub sqlite_batch: usize,
+    /// Hold a SQLite file for this process alone (a server); an operator's command that only
+    /// adds a row beside a running server does not.
+    pub exclusive: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -136,9 +139,38 @@ pub struct LedgerEntry<'a> {
     pub created_at: i64,
 }
 
+/// Who an account belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccountKind {
+    Shopper,
+    Shop,
+    System,
+}
+
+impl AccountKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccountKind::Shopper => "shopper",
+            AccountKind::Shop => "shop",
+            AccountKind::System => "system",
+        }
+    }
+
+    fn parse(text: &str) -> Result<AccountKind, RowError> {
+        match text {
+            "shopper" => Ok(AccountKind::Shopper),
+            "shop" => Ok(AccountKind::Shop),
+            "system" => Ok(AccountKind::System),
+            other => Err(format!("unknown account kind {other}").into()),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct AccountRow {
     pub account_id: String,
+    pub kind: AccountKind,
+    /// With the credits not folded into it yet.
     pub balance: i64,
     pub currency: String,
 }
@@ -147,6 +179,7 @@ impl AccountRow {
     fn read(row: &dyn Row) -> Result<Self, RowError> {
         Ok(AccountRow {
             account_id: row.text("account_id")?,
+            kind: AccountKind::parse(&row.text("kind")?)?,
             balance: row.int("balance")?,
             currency: row.text("currency")?,
         })
@@ -154,11 +187,91 @@ impl AccountRow {
 }
 
 #[derive(Clone, Debug)]
-pub struct PaymentRow {
-    pub payment_id: String,
+pub struct ShopRow {
+    pub shop_id: String,
+    pub account_id: String,
+    pub name: String,
+    pub webhook_url: Option<String>,
+    pub signing_secret: String,
+}
+
+impl ShopRow {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(ShopRow {
+            shop_id: row.text("shop_id")?,
+            account_id: row.text("account_id")?,
+            name: row.text("name")?,
+            webhook_url: row.opt_text("webhook_url")?,
+            signing_secret: row.text("signing_secret")?,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SessionRow {
+    pub session_id: String,
+    pub shop_account_id: String,
+    pub shop_name: String,
     pub order_id: String,
     pub amount: i64,
     pub currency: String,
+    pub description: Option<String>,
+    /// JSON array of line items.
+    pub items: String,
+    pub status: String,
+    pub payment_id: Option<String>,
+    pub expires_at: i64,
+}
+
+impl SessionRow {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(SessionRow {
+            session_id: row.text("session_id")?,
+            shop_account_id: row.text("shop_account_id")?,
+            shop_name: row.text("shop_name")?,
+            order_id: row.text("order_id")?,
+            amount: row.int("amount")?,
+            currency: row.text("currency")?,
+            description: row.opt_text("description")?,
+            items: row.text("items")?,
+            status: row.text("status")?,
+            payment_id: row.opt_text("payment_id")?,
+            expires_at: row.int("expires_at")?,
+        })
+    }
+}
+
+pub struct NewSession<'a> {
+    pub session_id: &'a str,
+    pub shop_account_id: &'a str,
+    pub order_id: &'a str,
+    pub amount: i64,
+    pub currency: &'a str,
+    pub description: Option<&'a str>,
+    pub items: &'a str,
+    pub expires_at: i64,
+    pub created_at: i64,
+}
+
+/// What [`Tx::take_session`] took: the session's terms, as its shop set them.
+#[derive(Clone, Debug)]
+pub struct TakenSession {
+    pub shop_account_id: String,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct PaymentRow {
+    pub payment_id: String,
+    pub checkout_session_id: Option<String>,
+    pub shopper_account_id: String,
+    pub shop_account_id: String,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    /// The shopper's balance right after the payment.
     pub balance_after: i64,
     pub created_at: i64,
     pub refunded: i64,
@@ -168,6 +281,9 @@ impl PaymentRow {
     fn read(row: &dyn Row) -> Result<Self, RowError> {
         Ok(PaymentRow {
             payment_id: row.text("payment_id")?,
+            checkout_session_id: row.opt_text("checkout_session_id")?,
+            shopper_account_id: row.text("shopper_account_id")?,
+            shop_account_id: row.text("shop_account_id")?,
             order_id: row.text("order_id")?,
             amount: row.int("amount")?,
             currency: row.text("currency")?,
@@ -184,6 +300,7 @@ pub struct RefundRow {
     pub payment_id: String,
     pub amount: i64,
     pub refunded_total_after: i64,
+    /// The shop's balance right after the refund.
     pub balance_after: i64,
     pub created_at: i64,
 }
@@ -228,20 +345,13 @@ fn read_key(row: &dyn Row) -> Result<KeyRecord, RowError> {
 
 pub struct NewPayment<'a> {
     pub payment_id: &'a str,
+    pub checkout_session_id: &'a str,
+    pub shopper_account_id: &'a str,
+    pub shop_account_id: &'a str,
     pub order_id: &'a str,
     pub amount: i64,
     pub currency: &'a str,
-}
-
-/// What a payment's guarded debit did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Charged {
-    /// Debited, with the payment row and its ledger entry written: the new balance.
-    Debited { balance: i64 },
-    /// Nothing moved: the balance is short or the order is already paid.
-    NotDebited,
-    /// Another payment of this order committed after our check: roll back and look again.
-    OrderTaken,
+    pub balance_after: i64,
 }
 
 pub struct NewRefund<'a> {
@@ -264,7 +374,7 @@ impl Store {
     ) -> Result<Store, ConnectError> {
         if database_url.starts_with("sqlite:") {
             Ok(Store::Sqlite(
-                sqlite::connect(database_url, settings.sqlite_batch).await?,
+                sqlite::connect(database_url, settings.sqlite_batch, settings.exclusive).await?,
             ))
         } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
             Ok(Store::Postgres(
@@ -301,16 +411,38 @@ impl Store {
     }
 
     /// `(account_id, currency)` of the account holding this token hash.
+    /// `(account_id, currency, kind)` of the account holding this token or secret key hash.
     pub async fn account_by_token_hash(
         &self,
         token_hash: &str,
-    ) -> Result<Option<(String, String)>, StoreError> {
+    ) -> Result<Option<(String, String, AccountKind)>, StoreError> {
         let rows = self
             .read(
                 sql::ACCOUNT_BY_TOKEN_HASH,
                 &[Arg::Text(token_hash)],
-                |row| Ok((row.text("account_id")?, row.text("currency")?)),
+                |row| {
+                    Ok((
+                        row.text("account_id")?,
+                        row.text("currency")?,
+                        AccountKind::parse(&row.text("kind")?)?,
+                    ))
+                },
             )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// A checkout session with its shop's name.
+    pub async fn session(&self, session_id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let rows = self
+            .read(sql::SESSION, &[Arg::Text(session_id)], SessionRow::read)
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    pub async fn shop(&self, shop_id: &str) -> Result<Option<ShopRow>, StoreError> {
+        let rows = self
+            .read(sql::SHOP, &[Arg::Text(shop_id)], ShopRow::read)
             .await?;
         Ok(rows.into_iter().next())
     }
@@ -323,7 +455,8 @@ impl Store {
     }
 
     /// The payment with its refunds, read by one statement, so that both come from one snapshot
-    /// even while refunds are being made: `refunded` always equals the refunds' sum.
+    /// even while refunds are being made: `refunded` always equals the refunds' sum. Only for
+    /// the payment's shopper or shop.
     pub async fn payment_with_refunds(
         &self,
         account_id: &str,
@@ -551,6 +684,7 @@ impl Tx {
         &mut self,
         account_id: &str,
         token_hash: &str,
+        kind: AccountKind,
         currency: &str,
         balance: i64,
         now_ms: i64,
@@ -563,86 +697,138 @@ impl Tx {
                 Arg::Text(currency),
                 Arg::Int(balance),
                 Arg::Int(now_ms),
+                Arg::Text(kind.as_str()),
             ],
         )
         .await
         .map(|_| ())
     }
 
-    /// A payment's guarded debit, its payment row and its ledger entry.
-    pub async fn charge(
+    pub async fn set_token_hash(
         &mut self,
-        claim: &Claim,
-        payment: &NewPayment<'_>,
-    ) -> Result<Charged, StoreError> {
-        if let Tx::Postgres(_) = self {
-            let (balance, inserted) = self
-                .fetch_one(
-                    postgres::CHARGE,
-                    &[
-                        Arg::Text(payment.payment_id),
-                        Arg::Text(&claim.scope),
-                        Arg::Int(payment.amount),
-                        Arg::Text(payment.order_id),
-                        Arg::Text(payment.currency),
-                        Arg::Text(&claim.key),
-                        Arg::Text(&claim.claim_id),
-                        Arg::Int(claim.now_ms),
-                    ],
-                    |row| Ok((row.opt_int("balance")?, row.int("inserted")?)),
-                )
-                .await?;
-            return Ok(match (balance, inserted) {
-                (None, _) => Charged::NotDebited,
-                (Some(_), 0) => Charged::OrderTaken,
-                (Some(balance), _) => Charged::Debited { balance },
-            });
-        }
-        // SQLite runs one writer at a time on its own thread, so three statements cost no lock
-        // time and no round trips; it has no data-modifying CTEs either.
-        let debited = self
-            .fetch_optional(
-                sql::DEBIT_FOR_ORDER,
-                &[
-                    Arg::Text(&claim.scope),
-                    Arg::Int(payment.amount),
-                    Arg::Text(payment.order_id),
-                ],
-                |row| row.int("balance"),
-            )
-            .await?;
-        let Some(balance) = debited else {
-            return Ok(Charged::NotDebited);
-        };
+        account_id: &str,
+        token_hash: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            sql::SET_TOKEN_HASH,
+            &[Arg::Text(account_id), Arg::Text(token_hash)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn insert_shop(&mut self, shop: &ShopRow, now_ms: i64) -> Result<(), StoreError> {
+        self.execute(
+            sql::INSERT_SHOP,
+            &[
+                Arg::Text(&shop.shop_id),
+                Arg::Text(&shop.account_id),
+                Arg::Text(&shop.name),
+                Arg::OptText(shop.webhook_url.as_deref()),
+                Arg::Text(&shop.signing_secret),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn shop(&mut self, shop_id: &str) -> Result<Option<ShopRow>, StoreError> {
+        self.fetch_optional(sql::SHOP, &[Arg::Text(shop_id)], ShopRow::read)
+            .await
+    }
+
+    /// `false` when the order has a session already (the unique index decided).
+    pub async fn insert_session(&mut self, session: &NewSession<'_>) -> Result<bool, StoreError> {
         let inserted = self
-            .execute(
-                sql::INSERT_PAYMENT,
+            .fetch_optional(
+                sql::INSERT_SESSION,
                 &[
-                    Arg::Text(payment.payment_id),
-                    Arg::Text(&claim.scope),
-                    Arg::Text(payment.order_id),
-                    Arg::Int(payment.amount),
-                    Arg::Text(payment.currency),
-                    Arg::Int(balance),
-                    Arg::Text(&claim.key),
-                    Arg::Int(claim.now_ms),
+                    Arg::Text(session.session_id),
+                    Arg::Text(session.shop_account_id),
+                    Arg::Text(session.order_id),
+                    Arg::Int(session.amount),
+                    Arg::Text(session.currency),
+                    Arg::OptText(session.description),
+                    Arg::Text(session.items),
+                    Arg::Int(session.expires_at),
+                    Arg::Int(session.created_at),
                 ],
+                |row| row.text("session_id"),
             )
             .await?;
-        if inserted == 0 {
-            return Ok(Charged::OrderTaken);
-        }
-        self.insert_ledger(&LedgerEntry {
-            account_id: &claim.scope,
-            amount: -payment.amount,
-            kind: EntryKind::Payment,
-            claim: Some(claim),
-            payment_id: Some(payment.payment_id),
-            refund_id: None,
-            created_at: claim.now_ms,
-        })
-        .await?;
-        Ok(Charged::Debited { balance })
+        Ok(inserted.is_some())
+    }
+
+    pub async fn session_of_order(
+        &mut self,
+        shop_account_id: &str,
+        order_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.fetch_optional(
+            sql::SESSION_OF_ORDER,
+            &[Arg::Text(shop_account_id), Arg::Text(order_id)],
+            |row| row.text("session_id"),
+        )
+        .await
+    }
+
+    pub async fn session(&mut self, session_id: &str) -> Result<Option<SessionRow>, StoreError> {
+        self.fetch_optional(sql::SESSION, &[Arg::Text(session_id)], SessionRow::read)
+            .await
+    }
+
+    /// Marks an open, unexpired session paid by `payment_id`; `None` if it is not one.
+    pub async fn take_session(
+        &mut self,
+        session_id: &str,
+        payment_id: &str,
+        now_ms: i64,
+    ) -> Result<Option<TakenSession>, StoreError> {
+        self.fetch_optional(
+            sql::TAKE_SESSION,
+            &[
+                Arg::Text(session_id),
+                Arg::Text(payment_id),
+                Arg::Int(now_ms),
+            ],
+            |row| {
+                Ok(TakenSession {
+                    shop_account_id: row.text("shop_account_id")?,
+                    order_id: row.text("order_id")?,
+                    amount: row.int("amount")?,
+                    currency: row.text("currency")?,
+                })
+            },
+        )
+        .await
+    }
+
+    pub async fn release_session(
+        &mut self,
+        session_id: &str,
+        payment_id: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            sql::RELEASE_SESSION,
+            &[Arg::Text(session_id), Arg::Text(payment_id)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The guarded debit: the new balance, or `None` when the balance is short.
+    pub async fn debit(
+        &mut self,
+        account_id: &str,
+        amount: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        self.fetch_optional(
+            sql::DEBIT,
+            &[Arg::Text(account_id), Arg::Int(amount)],
+            |row| row.int("balance"),
+        )
+        .await
     }
 
     pub async fn credit(&mut self, account_id: &str, amount: i64) -> Result<i64, StoreError> {
@@ -654,6 +840,47 @@ impl Tx {
         .await
     }
 
+    /// A shop's credit from a payment, which waits to be folded into its balance: no payment
+    /// to a shop ever queues on the shop's balance row.
+    pub async fn credit_unfolded(
+        &mut self,
+        payment_id: &str,
+        account_id: &str,
+        amount: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            sql::INSERT_UNFOLDED_CREDIT,
+            &[
+                Arg::Text(payment_id),
+                Arg::Text(account_id),
+                Arg::Int(amount),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Folds the account's waiting credits into its balance, under the balance row's lock,
+    /// and returns the balance: everything committed so far, exactly.
+    pub async fn fold_credits(&mut self, account_id: &str) -> Result<i64, StoreError> {
+        if let Tx::Postgres(_) = self {
+            return self
+                .fetch_one(postgres::FOLD_CREDITS, &[Arg::Text(account_id)], |row| {
+                    row.int("balance")
+                })
+                .await;
+        }
+        let balance = self
+            .fetch_one(sqlite::FOLD_CREDITS, &[Arg::Text(account_id)], |row| {
+                row.int("balance")
+            })
+            .await?;
+        self.execute(sqlite::DELETE_FOLDED, &[Arg::Text(account_id)])
+            .await?;
+        Ok(balance)
+    }
+
+    /// The account's balance, its waiting credits included.
     pub async fn balance(&mut self, account_id: &str) -> Result<i64, StoreError> {
         self.fetch_one(sql::ACCOUNT, &[Arg::Text(account_id)], |row| {
             row.int("balance")
@@ -679,50 +906,81 @@ impl Tx {
         .map(|_| ())
     }
 
-    pub async fn paid_order(
+    /// `false` when the session was paid meanwhile (the unique index decided).
+    pub async fn insert_payment(
         &mut self,
-        account_id: &str,
-        order_id: &str,
-    ) -> Result<Option<String>, StoreError> {
-        self.fetch_optional(
-            sql::PAID_ORDER,
-            &[Arg::Text(account_id), Arg::Text(order_id)],
-            |row| row.text("payment_id"),
-        )
-        .await
+        claim: &Claim,
+        payment: &NewPayment<'_>,
+    ) -> Result<bool, StoreError> {
+        let inserted = self
+            .execute(
+                sql::INSERT_PAYMENT,
+                &[
+                    Arg::Text(payment.payment_id),
+                    Arg::Text(payment.checkout_session_id),
+                    Arg::Text(payment.shopper_account_id),
+                    Arg::Text(payment.shop_account_id),
+                    Arg::Text(payment.order_id),
+                    Arg::Int(payment.amount),
+                    Arg::Text(payment.currency),
+                    Arg::Int(payment.balance_after),
+                    Arg::Text(&claim.key),
+                    Arg::Int(claim.now_ms),
+                ],
+            )
+            .await?;
+        Ok(inserted == 1)
     }
 
-    pub async fn payment(
+    pub async fn payment_of_shop(
         &mut self,
-        account_id: &str,
+        shop_account_id: &str,
         payment_id: &str,
     ) -> Result<Option<PaymentRow>, StoreError> {
         self.fetch_optional(
-            sql::PAYMENT,
-            &[Arg::Text(payment_id), Arg::Text(account_id)],
+            sql::PAYMENT_OF_SHOP,
+            &[Arg::Text(payment_id), Arg::Text(shop_account_id)],
             PaymentRow::read,
         )
         .await
     }
 
-    /// The payment's new refunded total, or `None` when `amount` exceeds what remains (or the
-    /// payment is not this account's).
+    /// The payment's new refunded total and its shopper, or `None` when `amount` exceeds what
+    /// remains (or the payment is not this shop's).
     pub async fn add_refunded(
         &mut self,
-        account_id: &str,
+        shop_account_id: &str,
         payment_id: &str,
         amount: i64,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<Option<(i64, String)>, StoreError> {
         self.fetch_optional(
             sql::ADD_REFUNDED,
             &[
                 Arg::Text(payment_id),
-                Arg::Text(account_id),
+                Arg::Text(shop_account_id),
                 Arg::Int(amount),
             ],
-            |row| row.int("refunded"),
+            |row| Ok((row.int("refunded")?, row.text("shopper_account_id")?)),
         )
         .await
+    }
+
+    pub async fn undo_refunded(
+        &mut self,
+        shop_account_id: &str,
+        payment_id: &str,
+        amount: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            sql::UNDO_REFUNDED,
+            &[
+                Arg::Text(payment_id),
+                Arg::Text(shop_account_id),
+                Arg::Int(amount),
+            ],
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn insert_refund(

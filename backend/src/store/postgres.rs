@@ -32,27 +32,13 @@ pub static CLAIM_KEY: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// A payment's guarded debit, its row and its ledger entry in one statement (one round trip,
-/// and the account row is locked for less time). Returns the new balance (NULL: not debited)
-/// and whether the payment row went in (0: the order was paid meanwhile, so roll back).
-pub const CHARGE: &str = "\
-    WITH debit AS ( \
-        UPDATE accounts SET balance = balance - $3 \
-         WHERE account_id = $2 AND balance >= $3 \
-           AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = $2 AND order_id = $4) \
-        RETURNING balance \
-    ), payment AS ( \
-        INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, \
-                              idempotency_key, created_at) \
-        SELECT $1, $2, $4, $3, $5, balance, $6, $8 FROM debit \
-        ON CONFLICT (account_id, order_id) DO NOTHING \
-        RETURNING payment_id \
-    ), entry AS ( \
-        INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, \
-                            refund_id, created_at) \
-        SELECT $2, -$3, 'payment', $6, $7, payment_id, NULL, $8 FROM payment \
-    ) \
-    SELECT (SELECT balance FROM debit) AS balance, (SELECT COUNT(*) FROM payment) AS inserted";
+/// Folds a shop's waiting credits into its balance under the row's lock: the credits deleted
+/// are exactly the credits added, in one statement (two would let a credit committed in between
+/// be deleted unadded). Returns the new balance.
+pub const FOLD_CREDITS: &str = "\
+    WITH folded AS (DELETE FROM unfolded_credits WHERE account_id = $1 RETURNING amount) \
+    UPDATE accounts SET balance = balance + COALESCE((SELECT SUM(amount) FROM folded), 0) \
+     WHERE account_id = $1 RETURNING balance";
 
 #[derive(Clone, Debug)]
 pub struct PgStore {

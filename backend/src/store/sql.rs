@@ -32,70 +32,121 @@ pub const SWEEP_EXPIRED_KEYS: &str = "\
     DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN \
         (SELECT account_id, idempotency_key FROM idempotency_keys WHERE created_at < $1 LIMIT $2)";
 
-// -- accounts and ledger ---------------------------------------------------------------------
+// -- accounts, shops and the ledger -----------------------------------------------------------
 
 pub const ACCOUNT_BY_TOKEN_HASH: &str =
-    "SELECT account_id, currency FROM accounts WHERE token_hash = $1";
+    "SELECT account_id, currency, kind FROM accounts WHERE token_hash = $1";
 
-pub const ACCOUNT: &str =
-    "SELECT account_id, balance, currency FROM accounts WHERE account_id = $1";
+/// An account's balance: its row plus the credits not folded into it yet.
+pub const ACCOUNT: &str = "\
+    SELECT a.account_id, a.currency, a.kind, \
+           CAST(a.balance + COALESCE((SELECT SUM(u.amount) FROM unfolded_credits u \
+                                       WHERE u.account_id = a.account_id), 0) AS BIGINT) AS balance \
+      FROM accounts a WHERE a.account_id = $1";
 
 pub const INSERT_ACCOUNT: &str = "\
-    INSERT INTO accounts (account_id, token_hash, currency, balance, created_at) \
-    VALUES ($1, $2, $3, $4, $5)";
+    INSERT INTO accounts (account_id, token_hash, currency, balance, created_at, kind) \
+    VALUES ($1, $2, $3, $4, $5, $6)";
 
-/// The guarded debit of a payment: touches no row when the balance is short (so it can never
-/// go negative) or the order is already paid. The order check here only saves a round trip;
-/// the unique index on payments is what settles a race between two orders.
-pub const DEBIT_FOR_ORDER: &str = "\
+/// A new secret key for an account (the demo shop gets one at every start).
+pub const SET_TOKEN_HASH: &str = "UPDATE accounts SET token_hash = $2 WHERE account_id = $1";
+
+pub const INSERT_SHOP: &str = "\
+    INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at) \
+    VALUES ($1, $2, $3, $4, $5, $6)";
+
+pub const SHOP: &str = "\
+    SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE shop_id = $1";
+
+/// The guarded debit: touches no row when the balance is short, so it never goes negative.
+pub const DEBIT: &str = "\
     UPDATE accounts SET balance = balance - $2 \
-     WHERE account_id = $1 AND balance >= $2 \
-       AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = $1 AND order_id = $3) \
-    RETURNING balance";
+     WHERE account_id = $1 AND balance >= $2 RETURNING balance";
 
 pub const CREDIT: &str =
     "UPDATE accounts SET balance = balance + $2 WHERE account_id = $1 RETURNING balance";
+
+/// A shop's credit that waits to be folded into its balance (see the migration).
+pub const INSERT_UNFOLDED_CREDIT: &str =
+    "INSERT INTO unfolded_credits (payment_id, account_id, amount) VALUES ($1, $2, $3)";
 
 pub const INSERT_LEDGER: &str = "\
     INSERT INTO ledger \
            (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
+// -- checkout sessions -------------------------------------------------------------------------
+
+/// Inserts nothing when the order has a session already; the unique index decides.
+pub const INSERT_SESSION: &str = "\
+    INSERT INTO checkout_sessions (session_id, shop_account_id, order_id, amount, currency, \
+                                   description, items, status, expires_at, created_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'open', $8, $9) \
+    ON CONFLICT (shop_account_id, order_id) DO NOTHING RETURNING session_id";
+
+pub const SESSION_OF_ORDER: &str =
+    "SELECT session_id FROM checkout_sessions WHERE shop_account_id = $1 AND order_id = $2";
+
+/// A session with its shop's name: the public view, and what a payment decides on.
+pub const SESSION: &str = "\
+    SELECT s.session_id, s.shop_account_id, s.order_id, s.amount, s.currency, s.description, \
+           s.items, s.status, s.payment_id, s.expires_at, sh.name AS shop_name \
+      FROM checkout_sessions s JOIN shops sh ON sh.account_id = s.shop_account_id \
+     WHERE s.session_id = $1";
+
+/// The guarded step of a payment: an open, unexpired session becomes paid by this payment.
+/// Touches no row otherwise, so a session is paid at most once (the unique index on
+/// `payments.checkout_session_id` stands behind it).
+pub const TAKE_SESSION: &str = "\
+    UPDATE checkout_sessions SET status = 'paid', payment_id = $2 \
+     WHERE session_id = $1 AND status = 'open' AND expires_at > $3 \
+    RETURNING shop_account_id, order_id, amount, currency";
+
+/// Undoes [`TAKE_SESSION`] inside the same transaction when the shopper cannot pay.
+pub const RELEASE_SESSION: &str = "\
+    UPDATE checkout_sessions SET status = 'open', payment_id = NULL \
+     WHERE session_id = $1 AND payment_id = $2";
+
 // -- payments and refunds --------------------------------------------------------------------
 
-pub const PAID_ORDER: &str =
-    "SELECT payment_id FROM payments WHERE account_id = $1 AND order_id = $2";
-
-/// Inserts nothing when the order was paid meanwhile; the unique index decides.
+/// Inserts nothing when the session was paid meanwhile; the unique index decides.
 pub const INSERT_PAYMENT: &str = "\
-    INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, \
-                          idempotency_key, created_at) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-    ON CONFLICT (account_id, order_id) DO NOTHING";
+    INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, shop_account_id, \
+                          order_id, amount, currency, balance_after, idempotency_key, created_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+    ON CONFLICT (checkout_session_id) DO NOTHING";
 
-pub const PAYMENT: &str = "\
-    SELECT payment_id, order_id, amount, currency, balance_after, created_at, refunded \
-      FROM payments WHERE payment_id = $1 AND account_id = $2";
+/// A payment as its shop sees it (refunds are the shop's).
+pub const PAYMENT_OF_SHOP: &str = "\
+    SELECT payment_id, checkout_session_id, shopper_account_id, shop_account_id, order_id, \
+           amount, currency, balance_after, created_at, refunded \
+      FROM payments WHERE payment_id = $1 AND shop_account_id = $2";
 
-/// The guarded refund: touches no row when it would refund more than remains.
+/// The guarded refund: touches no row when it would refund more than remains (or the payment
+/// is not this shop's).
 pub const ADD_REFUNDED: &str = "\
     UPDATE payments SET refunded = refunded + $3 \
-     WHERE payment_id = $1 AND account_id = $2 AND refunded + $3 <= amount \
-    RETURNING refunded";
+     WHERE payment_id = $1 AND shop_account_id = $2 AND refunded + $3 <= amount \
+    RETURNING refunded, shopper_account_id";
+
+/// Undoes [`ADD_REFUNDED`] inside the same transaction when the shop cannot fund the refund.
+pub const UNDO_REFUNDED: &str = "\
+    UPDATE payments SET refunded = refunded - $3 WHERE payment_id = $1 AND shop_account_id = $2";
 
 pub const INSERT_REFUND: &str = "\
     INSERT INTO refunds (refund_id, payment_id, amount, refunded_total_after, balance_after, \
                          idempotency_key, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
-/// The payment and its refunds in one statement (one snapshot). `refunded_total_after` grows
-/// with every refund, so it orders them as they happened.
+/// The payment and its refunds in one statement (one snapshot), for either party to it.
+/// `refunded_total_after` grows with every refund, so it orders them as they happened.
 pub const PAYMENT_WITH_REFUNDS: &str = "\
-    SELECT p.payment_id, p.order_id, p.amount, p.currency, p.balance_after, p.created_at, \
-           p.refunded, r.refund_id, r.amount AS refund_amount, r.refunded_total_after, \
+    SELECT p.payment_id, p.checkout_session_id, p.shopper_account_id, p.shop_account_id, \
+           p.order_id, p.amount, p.currency, p.balance_after, p.created_at, p.refunded, \
+           r.refund_id, r.amount AS refund_amount, r.refunded_total_after, \
            r.balance_after AS refund_balance_after, r.created_at AS refund_created_at \
       FROM payments p LEFT JOIN refunds r ON r.payment_id = p.payment_id \
-     WHERE p.payment_id = $1 AND p.account_id = $2 \
+     WHERE p.payment_id = $1 AND (p.shopper_account_id = $2 OR p.shop_account_id = $2) \
      ORDER BY r.refunded_total_after";
 
 pub const PING: &str = "SELECT CAST(1 AS BIGINT) AS one";

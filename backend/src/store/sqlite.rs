@@ -41,13 +41,22 @@ const STATEMENT_CACHE: usize = 64;
 pub static CLAIM_KEY: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("{} RETURNING claim_id", sql::CLAIM_KEY));
 
+/// Folds a shop's waiting credits into its balance. SQLite has one writer, so nothing can
+/// commit a credit between this and [`DELETE_FOLDED`] in the same transaction.
+pub const FOLD_CREDITS: &str = "\
+    UPDATE accounts SET balance = balance + \
+           COALESCE((SELECT SUM(amount) FROM unfolded_credits WHERE account_id = $1), 0) \
+     WHERE account_id = $1 RETURNING balance";
+pub const DELETE_FOLDED: &str = "DELETE FROM unfolded_credits WHERE account_id = $1";
+
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: Sender<Box<dyn Job>>,
     readers: Arc<Readers>,
     pub stats: Arc<WriterStats>,
-    /// Held for the life of the process: no second server may open the file.
-    _lock: Arc<File>,
+    /// Held for the life of a server: no second server may open the file (an operator's
+    /// command beside it holds nothing).
+    _lock: Option<Arc<File>>,
 }
 
 /// What the writer is doing and has done.
@@ -66,7 +75,11 @@ pub struct SqliteTx {
     conn: Connection,
 }
 
-pub async fn connect(url: &str, max_batch: usize) -> Result<SqliteStore, ConnectError> {
+pub async fn connect(
+    url: &str,
+    max_batch: usize,
+    exclusive: bool,
+) -> Result<SqliteStore, ConnectError> {
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -79,10 +92,14 @@ pub async fn connect(url: &str, max_batch: usize) -> Result<SqliteStore, Connect
             "SQLite needs a file (sqlite://checkout.db): an in-memory database cannot be shared by the writer and the readers".into(),
         ));
     }
-    let lock = hold_exclusively(&file)?;
-    // The schema, through sqlx's migrator; the connection is closed again right after.
+    let lock = if exclusive {
+        Some(hold_exclusively(&file)?)
+    } else {
+        None
+    };
+    // The schema; the connection is closed again right after.
     let mut migrating = options.connect().await?;
-    MIGRATOR.run(&mut migrating).await?;
+    migrate(&mut migrating).await?;
     sqlx::Connection::close(migrating).await?;
 
     let conn = open(&file, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
@@ -102,8 +119,69 @@ pub async fn connect(url: &str, max_batch: usize) -> Result<SqliteStore, Connect
             turns: tokio::sync::Semaphore::new(READERS),
         }),
         stats,
-        _lock: Arc::new(lock),
+        _lock: lock.map(Arc::new),
     })
+}
+
+/// sqlx's migrator, except that a migration marked `-- no-transaction` runs with foreign keys
+/// off (SQLite allows turning them off only outside a transaction, and rebuilding a table needs
+/// it: <https://www.sqlite.org/lang_altertable.html#otheralter>), still in one transaction with
+/// its bookkeeping row, and checked with `foreign_key_check` before it commits. sqlx's SQLite
+/// driver would run it inside its own transaction, where the pragma does nothing.
+async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::migrate::MigrateError> {
+    use sqlx::migrate::{Migrate, MigrateError};
+    conn.ensure_migrations_table().await?;
+    if let Some(version) = conn.dirty_version().await? {
+        return Err(MigrateError::Dirty(version));
+    }
+    let applied = conn.list_applied_migrations().await?;
+    for migration in MIGRATOR.iter() {
+        if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        if let Some(done) = applied.iter().find(|a| a.version == migration.version) {
+            if done.checksum != migration.checksum {
+                return Err(MigrateError::VersionMismatch(migration.version));
+            }
+            continue;
+        }
+        if !migration.no_tx {
+            conn.apply(migration).await?;
+            continue;
+        }
+        let failed = |e| MigrateError::ExecuteMigration(e, migration.version);
+        sqlx::raw_sql("PRAGMA foreign_keys = OFF")
+            .execute(&mut *conn)
+            .await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        sqlx::raw_sql(&migration.sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let broken: Vec<sqlx::sqlite::SqliteRow> = sqlx::query("PRAGMA foreign_key_check")
+            .fetch_all(&mut *tx)
+            .await?;
+        if !broken.is_empty() {
+            return Err(MigrateError::ExecuteMigration(
+                sqlx::Error::Protocol(format!("{} rows break a foreign key", broken.len())),
+                migration.version,
+            ));
+        }
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (?1, ?2, TRUE, ?3, -1)",
+        )
+        .bind(migration.version)
+        .bind(&*migration.description)
+        .bind(&*migration.checksum)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        sqlx::raw_sql("PRAGMA foreign_keys = ON")
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Takes an exclusive lock on `<file>.lock` for the life of this process. (A lock file beside
