@@ -22,16 +22,25 @@ impl Run {
 
 /// What each wrk request sends.
 pub enum Requests<'a> {
-    /// A fresh key and order every time, spread over these accounts' tokens.
+    /// A fresh key and a fresh open session every time (sessions made in setup, numbered from
+    /// `first` on, `span` per wrk thread: see [`session_id`]), spread over these shoppers.
     Fresh {
         path: &'a str,
         tokens: &'a [String],
         keyed: bool,
+        first: u64,
+        span: u64,
     },
-    /// These already-executed (token, key, order) triples again, round robin.
+    /// These already-executed (token, key, session) triples again, round robin.
     Replays {
-        tokens_keys_orders: &'a [(String, String, String)],
+        tokens_keys_sessions: &'a [(String, String, String)],
     },
+}
+
+/// The id of bench session `n`: a well-formed session id (`cs_` and 32 hex digits) that the
+/// setup's SQL and wrk's Lua both compute.
+pub fn session_id(n: u64) -> String {
+    format!("cs_{n:032x}")
 }
 
 fn lua_list(items: impl Iterator<Item = String>) -> String {
@@ -47,33 +56,37 @@ fn lua_script(requests: &Requests) -> String {
             path,
             tokens,
             keyed,
+            first,
+            span,
         } => format!(
             r#"local tokens = {{{tokens}}}
 local keyed = {keyed}
 function request()
   counter = counter + 1
-  local id = string.format("%d-%d-%d", tid, counter, math.random(1, 2147483647))
+  local n = {first} + (tid - 1) * {span} + counter - 1
   local headers = {{["Content-Type"] = "application/json",
                    ["Authorization"] = "Bearer " .. tokens[(counter * 7 + tid) % #tokens + 1]}}
-  if keyed then headers["Idempotency-Key"] = "k-" .. id end
-  return wrk.format("POST", "{path}", headers, '{{"order_id":"o-' .. id .. '","amount":1}}')
+  if keyed then headers["Idempotency-Key"] = string.format("k-%d-%d", n, math.random(1, 2147483647)) end
+  return wrk.format("POST", "{path}", headers, string.format('{{"checkout_session_id":"cs_%032x"}}', n))
 end"#,
             tokens = lua_list(tokens.iter().cloned()),
         ),
-        Requests::Replays { tokens_keys_orders } => format!(
+        Requests::Replays {
+            tokens_keys_sessions,
+        } => format!(
             r#"local tokens = {{{tokens}}}
 local keys = {{{keys}}}
-local orders = {{{orders}}}
+local sessions = {{{sessions}}}
 function request()
   counter = counter + 1
   local i = (counter * 2 + tid) % #keys + 1
   local headers = {{["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. tokens[i],
                    ["Idempotency-Key"] = keys[i]}}
-  return wrk.format("POST", "/api/payments", headers, '{{"order_id":"' .. orders[i] .. '","amount":1}}')
+  return wrk.format("POST", "/api/payments", headers, '{{"checkout_session_id":"' .. sessions[i] .. '"}}')
 end"#,
-            tokens = lua_list(tokens_keys_orders.iter().map(|t| t.0.clone())),
-            keys = lua_list(tokens_keys_orders.iter().map(|t| t.1.clone())),
-            orders = lua_list(tokens_keys_orders.iter().map(|t| t.2.clone())),
+            tokens = lua_list(tokens_keys_sessions.iter().map(|t| t.0.clone())),
+            keys = lua_list(tokens_keys_sessions.iter().map(|t| t.1.clone())),
+            sessions = lua_list(tokens_keys_sessions.iter().map(|t| t.2.clone())),
         ),
     };
     format!(
@@ -90,11 +103,16 @@ end
     )
 }
 
+/// wrk's threads for this many clients (each thread takes its own span of sessions).
+pub fn wrk_threads(clients: usize) -> usize {
+    clients.min(2)
+}
+
 /// `wrk` with `clients` connections for `seconds`.
 pub fn wrk(base: &str, requests: &Requests, clients: usize, seconds: u64, dir: &Path) -> Run {
     let script = dir.join("load.lua");
     std::fs::write(&script, lua_script(requests)).unwrap();
-    let threads = clients.min(2);
+    let threads = wrk_threads(clients);
     let out = Command::new("wrk")
         .args([
             "-t",
@@ -128,14 +146,16 @@ pub fn wrk(base: &str, requests: &Requests, clients: usize, seconds: u64, dir: &
     }
 }
 
-/// pgbench running `transaction` (the server's statements, see below) with fresh keys, with the
-/// server's session settings.
+/// pgbench running `transaction` (the server's statements, see below) on sessions made in
+/// setup (`span` per client from `first` on), with the server's session settings.
+#[allow(clippy::too_many_arguments)]
 pub fn pgbench(
     port: u16,
     database: &str,
     transaction: &str,
     accounts: usize,
     clients: usize,
+    (first, span): (u64, u64),
     seconds: u64,
     dir: &Path,
 ) -> Run {
@@ -155,7 +175,16 @@ pub fn pgbench(
             "-T",
             &seconds.to_string(),
         ])
-        .args(["-D", &format!("accounts={accounts}"), "-l", "--log-prefix"])
+        .args(["-D", &format!("accounts={accounts}")])
+        .args([
+            "-D",
+            &format!("first={first}"),
+            "-D",
+            &format!("span={span}"),
+            "-D",
+            "i=0",
+        ])
+        .args(["-l", "--log-prefix"])
         .arg(logs.join("tx"))
         .args([
             "-h",
@@ -217,35 +246,39 @@ pub fn pgbench(
     }
 }
 
-/// The server's keyed payment on PostgreSQL, as its statements reach the database (see
-/// backend/src/store/): `BEGIN`, the claim, the guarded debit with its payment row and ledger row
-/// (one statement), the stored answer, `COMMIT`: 5 statements. The claim's lock timeout is the
-/// session's (`PGOPTIONS`), as the server sets it once per connection.
-pub const PAYMENT_TRANSACTION: &str = r#"\set n random(1, 1000000000000)
+/// The server's keyed payment of a session on PostgreSQL, as its statements reach the database
+/// (backend/src/store/sql.rs, postgres.rs): `BEGIN`, the claim (whose `RETURNING` lifts the lock
+/// timeout), the session taken, the shopper's guarded debit, the payment row, the transfer's two
+/// ledger rows, the shop's waiting credit, the stored answer, `COMMIT`: 10 statements. Session
+/// `:n` is this client's next one; its shop is `shop-(n mod 64)`, as the setup made it.
+pub const PAYMENT_TRANSACTION: &str = r#"\set i :i + 1
+\set n :first + :client_id * :span + :i - 1
 \set a random(1, :accounts)
+\set shop :n % 64
 BEGIN;
-INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, request_body, status, created_at) VALUES ('bench-' || :a, 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, '5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b', '{"amount":1,"order_id":"o-' || :client_id || '-' || :n || '"}', 'in_progress', 1764000000000) ON CONFLICT (account_id, idempotency_key) DO UPDATE SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, request_body = excluded.request_body, status = 'in_progress', response_status = NULL, response_body = NULL, created_at = excluded.created_at WHERE idempotency_keys.created_at < 1763900000000 RETURNING claim_id, set_config('lock_timeout', '5s', true);
-WITH debit AS (UPDATE accounts SET balance = balance - 1 WHERE account_id = 'bench-' || :a AND balance >= 1 AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = 'bench-' || :a AND order_id = 'o-' || :client_id || '-' || :n) RETURNING balance), payment AS (INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) SELECT 'pay-' || :client_id || '-' || :n, 'bench-' || :a, 'o-' || :client_id || '-' || :n, 1, 'RUB', balance, 'k-' || :client_id || '-' || :n, 1764000000000 FROM debit ON CONFLICT (account_id, order_id) DO NOTHING RETURNING payment_id), entry AS (INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) SELECT 'bench-' || :a, -1, 'payment', 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, payment_id, NULL, 1764000000000 FROM payment) SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment);
-UPDATE idempotency_keys SET status = 'done', response_status = 201, response_body = '{"payment_id":"pay_9205d15e13e544e480ae12c72f73a5b5","order_id":"o-1-123456789","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}' WHERE account_id = 'bench-' || :a AND idempotency_key = 'k-' || :client_id || '-' || :n AND claim_id = 'c-' || :client_id || '-' || :n;
+INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, request_body, status, created_at) VALUES ('bench-' || :a, 'k-' || :n, 'c-' || :n, '5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b', '{"checkout_session_id":"cs_' || lpad(to_hex(:n::bigint), 32, '0') || '"}', 'in_progress', 1764000000000) ON CONFLICT (account_id, idempotency_key) DO UPDATE SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, request_body = excluded.request_body, status = 'in_progress', response_status = NULL, response_body = NULL, created_at = excluded.created_at WHERE idempotency_keys.created_at < 1763900000000 RETURNING claim_id, set_config('lock_timeout', '5s', true);
+UPDATE checkout_sessions SET status = 'paid', payment_id = 'pay-' || :n WHERE session_id = 'cs_' || lpad(to_hex(:n::bigint), 32, '0') AND status = 'open' AND expires_at > 1764000000000 RETURNING shop_account_id, order_id, amount, currency;
+UPDATE accounts SET balance = balance - 1 WHERE account_id = 'bench-' || :a AND balance >= 1 RETURNING balance;
+INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, shop_account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) VALUES ('pay-' || :n, 'cs_' || lpad(to_hex(:n::bigint), 32, '0'), 'bench-' || :a, 'shop-' || :shop, 'o-' || :n, 1, 'RUB', 0, 'k-' || :n, 1764000000000) ON CONFLICT (checkout_session_id) DO NOTHING;
+INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('bench-' || :a, -1, 'payment', 'k-' || :n, 'c-' || :n, 'pay-' || :n, NULL, 1764000000000);
+INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('shop-' || :shop, 1, 'payment', NULL, NULL, 'pay-' || :n, NULL, 1764000000000);
+INSERT INTO unfolded_credits (payment_id, account_id, amount) VALUES ('pay-' || :n, 'shop-' || :shop, 1);
+UPDATE idempotency_keys SET status = 'done', response_status = 201, response_body = '{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}' WHERE account_id = 'bench-' || :a AND idempotency_key = 'k-' || :n AND claim_id = 'c-' || :n;
 COMMIT;
 "#;
 
-/// The same payment without any key: `BEGIN`, the one-statement charge, `COMMIT`: 3 statements,
-/// as `POST /api/bench/unkeyed-payments` sends them.
-pub const UNKEYED_TRANSACTION: &str = r#"\set n random(1, 1000000000000)
+/// The same payment without any key (`POST /api/bench/unkeyed-payments`): `BEGIN`, the six
+/// statements of the change, `COMMIT`: 8 statements.
+pub const UNKEYED_TRANSACTION: &str = r#"\set i :i + 1
+\set n :first + :client_id * :span + :i - 1
 \set a random(1, :accounts)
+\set shop :n % 64
 BEGIN;
-WITH debit AS (UPDATE accounts SET balance = balance - 1 WHERE account_id = 'bench-' || :a AND balance >= 1 AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = 'bench-' || :a AND order_id = 'o-' || :client_id || '-' || :n) RETURNING balance), payment AS (INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) SELECT 'pay-' || :client_id || '-' || :n, 'bench-' || :a, 'o-' || :client_id || '-' || :n, 1, 'RUB', balance, 'unkeyed', 1764000000000 FROM debit ON CONFLICT (account_id, order_id) DO NOTHING RETURNING payment_id), entry AS (INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) SELECT 'bench-' || :a, -1, 'payment', 'unkeyed', 'c-' || :client_id || '-' || :n, payment_id, NULL, 1764000000000 FROM payment) SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment);
-COMMIT;
-"#;
-
-/// A composed variant, measured at the database only: the claim and the charge as one statement
-/// (the charge guarded on the claim having taken), 4 statements in all. Not what the server
-/// sends; see BENCHMARKS.md for why.
-pub const COMPOSED_TRANSACTION: &str = r#"\set n random(1, 1000000000000)
-\set a random(1, :accounts)
-BEGIN;
-WITH claim AS (INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, request_body, status, created_at) VALUES ('bench-' || :a, 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, '5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b', '{"amount":1,"order_id":"o-' || :client_id || '-' || :n || '"}', 'in_progress', 1764000000000) ON CONFLICT (account_id, idempotency_key) DO UPDATE SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, request_body = excluded.request_body, status = 'in_progress', response_status = NULL, response_body = NULL, created_at = excluded.created_at WHERE idempotency_keys.created_at < 1763900000000 RETURNING claim_id, set_config('lock_timeout', '5s', true) AS lifted), debit AS (UPDATE accounts SET balance = balance - 1 WHERE EXISTS (SELECT 1 FROM claim) AND account_id = 'bench-' || :a AND balance >= 1 AND NOT EXISTS (SELECT 1 FROM payments WHERE account_id = 'bench-' || :a AND order_id = 'o-' || :client_id || '-' || :n) RETURNING balance), payment AS (INSERT INTO payments (payment_id, account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) SELECT 'pay-' || :client_id || '-' || :n, 'bench-' || :a, 'o-' || :client_id || '-' || :n, 1, 'RUB', balance, 'k-' || :client_id || '-' || :n, 1764000000000 FROM debit ON CONFLICT (account_id, order_id) DO NOTHING RETURNING payment_id), entry AS (INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) SELECT 'bench-' || :a, -1, 'payment', 'k-' || :client_id || '-' || :n, 'c-' || :client_id || '-' || :n, payment_id, NULL, 1764000000000 FROM payment) SELECT (SELECT balance FROM debit), (SELECT COUNT(*) FROM payment);
-UPDATE idempotency_keys SET status = 'done', response_status = 201, response_body = '{"payment_id":"pay_9205d15e13e544e480ae12c72f73a5b5","order_id":"o-1-123456789","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}' WHERE account_id = 'bench-' || :a AND idempotency_key = 'k-' || :client_id || '-' || :n AND claim_id = 'c-' || :client_id || '-' || :n;
+UPDATE checkout_sessions SET status = 'paid', payment_id = 'pay-' || :n WHERE session_id = 'cs_' || lpad(to_hex(:n::bigint), 32, '0') AND status = 'open' AND expires_at > 1764000000000 RETURNING shop_account_id, order_id, amount, currency;
+UPDATE accounts SET balance = balance - 1 WHERE account_id = 'bench-' || :a AND balance >= 1 RETURNING balance;
+INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, shop_account_id, order_id, amount, currency, balance_after, idempotency_key, created_at) VALUES ('pay-' || :n, 'cs_' || lpad(to_hex(:n::bigint), 32, '0'), 'bench-' || :a, 'shop-' || :shop, 'o-' || :n, 1, 'RUB', 0, 'unkeyed-' || :n, 1764000000000) ON CONFLICT (checkout_session_id) DO NOTHING;
+INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('bench-' || :a, -1, 'payment', 'unkeyed-' || :n, 'c-' || :n, 'pay-' || :n, NULL, 1764000000000);
+INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('shop-' || :shop, 1, 'payment', NULL, NULL, 'pay-' || :n, NULL, 1764000000000);
+INSERT INTO unfolded_credits (payment_id, account_id, amount) VALUES ('pay-' || :n, 'shop-' || :shop, 1);
 COMMIT;
 "#;

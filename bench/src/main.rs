@@ -1,13 +1,15 @@
-//! `checkout-bench`: the service against PostgreSQL's own limit, side by side in one run on one
-//! machine, one throwaway cluster, the same concurrency levels. Writes BENCHMARKS.md and an SVG.
+//! `checkout-bench`: the service against its databases' own limits, side by side in one run on
+//! one machine, one throwaway cluster, the same concurrency levels; and payments to one shop
+//! against payments spread over many. Writes BENCHMARKS.md and an SVG.
 
 mod load;
 mod report;
+mod setup;
 mod sqlite_loop;
 
 use std::time::Instant;
 
-use checkout_testkit::{Api, Backend, Server, TestDb, new_key, payment};
+use checkout_testkit::{Api, Backend, Server, TestDb, new_key, pay_session};
 use clap::Parser;
 use futures::future::join_all;
 use load::{Requests, Run};
@@ -33,16 +35,9 @@ struct Args {
     /// RUST_LOG of the servers under load.
     #[arg(long, default_value = "info,sqlx=warn")]
     server_log: String,
-    /// A `checkout-server-bench` built from the code before the SQLite writer (scripts/bench
-    /// builds it), measured beside the new one on SQLite.
-    #[arg(long)]
-    old_server: Option<String>,
-    /// The commit that old server was built from, for the report.
-    #[arg(long, default_value = "")]
-    old_commit: String,
 }
 
-/// Accounts the "many accounts" workloads spread over.
+/// Shoppers the workloads spread over.
 const ACCOUNTS: usize = 64;
 
 /// What was measured; the report computes its ratios from these.
@@ -50,15 +45,14 @@ const ACCOUNTS: usize = 64;
 pub enum Workload {
     PgbenchKeyed,
     PgbenchUnkeyed,
-    PgbenchComposed,
     Keyed,
+    OneShop,
     Unkeyed,
     Replays,
-    HotAccount,
     SqliteLoop,
     SqliteGroupCommit,
+    SqliteOneShop,
     SqliteCommitPerRequest,
-    SqliteOldPath,
 }
 
 impl Workload {
@@ -68,17 +62,18 @@ impl Workload {
                 "PostgreSQL: pgbench, the server's keyed transaction (the limit)"
             }
             Workload::PgbenchUnkeyed => "PostgreSQL: pgbench, the un-keyed transaction",
-            Workload::PgbenchComposed => "PostgreSQL: pgbench, keyed, claim and charge composed",
-            Workload::Keyed => "PostgreSQL: service, keyed",
-            Workload::Unkeyed => "PostgreSQL: service, un-keyed",
+            Workload::Keyed => "PostgreSQL: service, keyed, many shops",
+            Workload::OneShop => "PostgreSQL: service, keyed, one shop",
+            Workload::Unkeyed => "PostgreSQL: service, un-keyed, many shops",
             Workload::Replays => "PostgreSQL: service, replays",
-            Workload::HotAccount => "PostgreSQL: service, keyed, one hot account",
             Workload::SqliteLoop => {
                 "SQLite: the same transaction in a loop, a commit each (the limit)"
             }
-            Workload::SqliteGroupCommit => "SQLite: service, keyed, group commit",
-            Workload::SqliteCommitPerRequest => "SQLite: service, keyed, a commit per request",
-            Workload::SqliteOldPath => "SQLite: service, keyed, the old path (pooled sqlx writer)",
+            Workload::SqliteGroupCommit => "SQLite: service, keyed, many shops, group commit",
+            Workload::SqliteOneShop => "SQLite: service, keyed, one shop, group commit",
+            Workload::SqliteCommitPerRequest => {
+                "SQLite: service, keyed, many shops, a commit per request"
+            }
         }
     }
 }
@@ -88,10 +83,75 @@ pub struct Series {
     pub runs: Vec<(usize, Run)>,
 }
 
+/// Hands out session numbers, so that no two runs (or wrk threads, or pgbench clients) ever
+/// pay the same session.
+struct SessionNumbers(u64);
+
+impl SessionNumbers {
+    fn take(&mut self, count: u64) -> u64 {
+        let first = self.0;
+        self.0 += count;
+        first
+    }
+}
+
+/// Sessions per wrk thread or pgbench client in one run: more than it can pay in `seconds`.
+fn span(seconds: u64, runners: usize) -> u64 {
+    seconds * 12_000 / runners as u64 + 2_000
+}
+
+/// A server under load and its database.
+struct Target {
+    db: TestDb,
+    server: Server,
+    backend: Backend,
+    tokens: Vec<String>,
+}
+
+impl Target {
+    async fn start(binary: &str, db: TestDb, backend: Backend, env: &[(&str, &str)]) -> Target {
+        let server = Server::start_with(binary, &db, env).await;
+        setup::shops(&db.url).await;
+        let tokens = setup::shoppers(&server, &db, ACCOUNTS).await;
+        Target {
+            db,
+            server,
+            backend,
+            tokens,
+        }
+    }
+
+    /// wrk paying fresh sessions (made just before) with fresh keys.
+    async fn pay_fresh(
+        &self,
+        numbers: &mut SessionNumbers,
+        path: &str,
+        keyed: bool,
+        one_shop: bool,
+        clients: usize,
+        seconds: u64,
+        dir: &std::path::Path,
+    ) -> Run {
+        let span = span(seconds, load::wrk_threads(clients));
+        let count = span * load::wrk_threads(clients) as u64;
+        let first = numbers.take(count);
+        setup::sessions(&self.db.url, self.backend, first, count, one_shop).await;
+        let requests = Requests::Fresh {
+            path,
+            tokens: &self.tokens,
+            keyed,
+            first,
+            span,
+        };
+        load::wrk(&self.server.base, &requests, clients, seconds, dir)
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
     let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
     let server_bin = std::env::current_exe()
         .unwrap()
         .with_file_name("checkout-server-bench");
@@ -107,116 +167,107 @@ async fn main() {
         .as_deref()
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| 4 * std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let mut env = vec![("RUST_LOG", args.server_log.as_str())];
+    let log = args.server_log.as_str();
+    let mut pg_env = vec![("RUST_LOG", log)];
     if let Some(pool) = &args.pool {
-        env.push(("CHECKOUT_DB_POOL_SIZE", pool.as_str()));
+        pg_env.push(("CHECKOUT_DB_POOL_SIZE", pool.as_str()));
     }
-    let pg_db = TestDb::on(cluster).await;
-    let pg = Server::start_with(&server_bin, &pg_db, &env).await;
-    let pg_tokens = shoppers(&pg, &pg_db, ACCOUNTS).await;
-    let limit_db = limit_database(cluster).await;
-    // Keys executed once, to be replayed.
-    let executed = execute_keys(&pg.api(), &pg_tokens, 2_000).await;
-
-    let sqlite_server = |binary: String, env: Vec<(&'static str, String)>| async move {
-        let db = TestDb::new(Backend::Sqlite).await;
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let server = Server::start_with(&binary, &db, &env).await;
-        let tokens = shoppers(&server, &db, ACCOUNTS).await;
-        (db, server, tokens)
-    };
-    let log = ("RUST_LOG", args.server_log.clone());
-    let group = sqlite_server(server_bin.clone(), vec![log.clone()]).await;
-    let single = sqlite_server(
-        server_bin.clone(),
-        vec![log.clone(), ("CHECKOUT_SQLITE_BATCH", "1".into())],
+    let mut numbers = SessionNumbers(1);
+    let pg = Target::start(
+        &server_bin,
+        TestDb::on(cluster).await,
+        Backend::Postgres,
+        &pg_env,
     )
     .await;
-    let old = match &args.old_server {
-        Some(binary) => Some(sqlite_server(binary.clone(), vec![log.clone()]).await),
-        None => None,
+    let limit_url = setup::limit_database(cluster, ACCOUNTS).await;
+    let limit_db = limit_url.rsplit('/').next().unwrap().to_owned();
+    // Keys executed once, to be replayed.
+    let executed = execute_keys(&pg, &mut numbers, 2_000).await;
+    let sqlite = |env: Vec<(&'static str, &'static str)>| {
+        let binary = server_bin.clone();
+        async move {
+            let mut env = env;
+            env.push(("RUST_LOG", "info,sqlx=warn"));
+            Target::start(
+                &binary,
+                TestDb::new(Backend::Sqlite).await,
+                Backend::Sqlite,
+                &env,
+            )
+            .await
+        }
     };
+    let group = sqlite(vec![]).await;
+    let single = sqlite(vec![("CHECKOUT_SQLITE_BATCH", "1")]).await;
 
-    let mut workloads = vec![
+    let mut series: Vec<Series> = [
         Workload::PgbenchKeyed,
         Workload::PgbenchUnkeyed,
-        Workload::PgbenchComposed,
         Workload::Keyed,
+        Workload::OneShop,
         Workload::Unkeyed,
         Workload::Replays,
-        Workload::HotAccount,
         Workload::SqliteLoop,
         Workload::SqliteGroupCommit,
+        Workload::SqliteOneShop,
         Workload::SqliteCommitPerRequest,
-    ];
-    if old.is_some() {
-        workloads.push(Workload::SqliteOldPath);
-    }
-    let mut series: Vec<Series> = workloads
-        .into_iter()
-        .map(|workload| Series {
-            workload,
-            runs: Vec::new(),
-        })
-        .collect();
-    let fresh = |tokens| Requests::Fresh {
-        path: "/api/payments",
-        tokens,
-        keyed: true,
-    };
+    ]
+    .into_iter()
+    .map(|workload| Series {
+        workload,
+        runs: Vec::new(),
+    })
+    .collect();
+    const PAY: &str = "/api/payments";
     for &clients in &args.levels {
-        let (s, d) = (args.seconds, dir.path());
+        let s = args.seconds;
         for series in &mut series {
             let run = match series.workload {
-                Workload::PgbenchKeyed => load::pgbench(
-                    cluster.port,
-                    &limit_db,
-                    load::PAYMENT_TRANSACTION,
-                    ACCOUNTS,
-                    clients.min(pool),
-                    s,
-                    d,
-                ),
-                Workload::PgbenchUnkeyed => load::pgbench(
-                    cluster.port,
-                    &limit_db,
-                    load::UNKEYED_TRANSACTION,
-                    ACCOUNTS,
-                    clients.min(pool),
-                    s,
-                    d,
-                ),
-                Workload::PgbenchComposed => load::pgbench(
-                    cluster.port,
-                    &limit_db,
-                    load::COMPOSED_TRANSACTION,
-                    ACCOUNTS,
-                    clients.min(pool),
-                    s,
-                    d,
-                ),
-                Workload::Keyed => load::wrk(&pg.base, &fresh(&pg_tokens), clients, s, d),
-                Workload::Unkeyed => load::wrk(
-                    &pg.base,
-                    &Requests::Fresh {
-                        path: "/api/bench/unkeyed-payments",
-                        tokens: &pg_tokens,
-                        keyed: false,
-                    },
-                    clients,
-                    s,
-                    d,
-                ),
+                Workload::PgbenchKeyed | Workload::PgbenchUnkeyed => {
+                    let runners = clients.min(pool);
+                    let span = span(s, runners);
+                    let count = span * runners as u64;
+                    let first = numbers.take(count);
+                    setup::sessions(&limit_url, Backend::Postgres, first, count, false).await;
+                    let transaction = if series.workload == Workload::PgbenchKeyed {
+                        load::PAYMENT_TRANSACTION
+                    } else {
+                        load::UNKEYED_TRANSACTION
+                    };
+                    load::pgbench(
+                        cluster.port,
+                        &limit_db,
+                        transaction,
+                        ACCOUNTS,
+                        runners,
+                        (first, span),
+                        s,
+                        d,
+                    )
+                }
+                Workload::Keyed => {
+                    pg.pay_fresh(&mut numbers, PAY, true, false, clients, s, d)
+                        .await
+                }
+                Workload::OneShop => {
+                    pg.pay_fresh(&mut numbers, PAY, true, true, clients, s, d)
+                        .await
+                }
+                Workload::Unkeyed => {
+                    let path = "/api/bench/unkeyed-payments";
+                    pg.pay_fresh(&mut numbers, path, false, false, clients, s, d)
+                        .await
+                }
                 Workload::Replays => load::wrk(
-                    &pg.base,
+                    &pg.server.base,
                     &Requests::Replays {
-                        tokens_keys_orders: &executed,
+                        tokens_keys_sessions: &executed,
                     },
                     clients,
                     s,
                     d,
                 ),
-                Workload::HotAccount => load::wrk(&pg.base, &fresh(&pg_tokens[..1]), clients, s, d),
                 Workload::SqliteLoop => {
                     let d = d.to_owned();
                     tokio::task::spawn_blocking(move || sqlite_loop::run(&d, ACCOUNTS, s))
@@ -224,14 +275,19 @@ async fn main() {
                         .unwrap()
                 }
                 Workload::SqliteGroupCommit => {
-                    load::wrk(&group.1.base, &fresh(&group.2), clients, s, d)
+                    group
+                        .pay_fresh(&mut numbers, PAY, true, false, clients, s, d)
+                        .await
+                }
+                Workload::SqliteOneShop => {
+                    group
+                        .pay_fresh(&mut numbers, PAY, true, true, clients, s, d)
+                        .await
                 }
                 Workload::SqliteCommitPerRequest => {
-                    load::wrk(&single.1.base, &fresh(&single.2), clients, s, d)
-                }
-                Workload::SqliteOldPath => {
-                    let (_, server, tokens) = old.as_ref().expect("an old server");
-                    load::wrk(&server.base, &fresh(tokens), clients, s, d)
+                    single
+                        .pay_fresh(&mut numbers, PAY, true, false, clients, s, d)
+                        .await
                 }
             };
             eprintln!(
@@ -247,12 +303,12 @@ async fn main() {
     }
 
     let storms = vec![
-        ("PostgreSQL", storm(&pg, &pg_db, &pg_tokens[0]).await),
-        ("SQLite", storm(&group.1, &group.0, &group.2[0]).await),
+        ("PostgreSQL", storm(&pg, &mut numbers).await),
+        ("SQLite", storm(&group, &mut numbers).await),
     ];
     let peak_rss = [
-        ("PostgreSQL", peak_rss_kib(pg.pid())),
-        ("SQLite (group commit)", peak_rss_kib(group.1.pid())),
+        ("PostgreSQL", peak_rss_kib(pg.server.pid())),
+        ("SQLite (group commit)", peak_rss_kib(group.server.pid())),
     ];
     report::write(
         &report::Context {
@@ -260,63 +316,45 @@ async fn main() {
             svg: &args.svg,
             levels: &args.levels,
             seconds: args.seconds,
-            old_commit: &args.old_commit,
         },
         &series,
         &storms,
         &peak_rss,
     );
     eprintln!("wrote {} and {}", args.out, args.svg);
-}
-
-/// Demo shoppers, each given enough money for any run (with its opening entry in the ledger).
-async fn shoppers(server: &Server, db: &TestDb, n: usize) -> Vec<String> {
-    let mut tokens = Vec::new();
-    for _ in 0..n {
-        tokens.push(server.api().shopper().await.token.unwrap());
+    // Every payment of every run reached its shop: the ledger agrees with the balances.
+    for target in [&pg, &group, &single] {
+        target.db.assert_invariants().await;
     }
-    db.execute("UPDATE accounts SET balance = balance + 100000000000")
-        .await;
-    db.execute("INSERT INTO ledger (account_id, amount, kind, created_at) SELECT account_id, 100000000000, 'opening', 0 FROM accounts").await;
-    tokens
+    eprintln!("invariants hold on the three databases");
 }
 
-/// A database with the server's schema and rich accounts `bench-1..`, for pgbench alone.
-async fn limit_database(cluster: &checkout_testkit::postgres::Cluster) -> String {
-    let url = cluster.create_database().await;
-    let mut conn: sqlx::AnyConnection = sqlx::Connection::connect(&url).await.unwrap();
-    sqlx::raw_sql(include_str!("../../migrations/postgres/0001_checkout.sql"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    sqlx::raw_sql(&format!(
-        "INSERT INTO accounts (account_id, token_hash, currency, balance, created_at)
-           SELECT 'bench-' || i, md5(i::text), 'RUB', 1000000000000, 0 FROM generate_series(1, {ACCOUNTS}) i"
-    ))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    url.rsplit('/').next().unwrap().to_owned()
-}
-
-async fn execute_keys(api: &Api, tokens: &[String], n: usize) -> Vec<(String, String, String)> {
+/// Pays `n` fresh sessions once each, to be replayed: (token, key, session id).
+async fn execute_keys(
+    target: &Target,
+    numbers: &mut SessionNumbers,
+    n: u64,
+) -> Vec<(String, String, String)> {
+    let first = numbers.take(n);
+    setup::sessions(&target.db.url, target.backend, first, n, false).await;
     let triples: Vec<_> = (0..n)
         .map(|i| {
             (
-                tokens[i % tokens.len()].clone(),
+                target.tokens[i as usize % target.tokens.len()].clone(),
                 new_key(),
-                format!("replay-{i}"),
+                load::session_id(first + i),
             )
         })
         .collect();
+    let api = target.server.api();
     for chunk in triples.chunks(32) {
-        join_all(chunk.iter().map(|(token, key, order)| {
+        join_all(chunk.iter().map(|(token, key, session)| {
             let api = Api {
                 token: Some(token.clone()),
                 ..api.clone()
             };
             async move {
-                let answer = api.pay(key, &payment(order, 1)).await;
+                let answer = api.pay(key, &pay_session(session)).await;
                 assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
             }
         }))
@@ -337,9 +375,12 @@ pub struct Storm {
 }
 
 /// 1 000 concurrent copies of one request: exactly one debit, and how long the copies took.
-async fn storm(server: &Server, db: &TestDb, token: &str) -> Storm {
+async fn storm(target: &Target, numbers: &mut SessionNumbers) -> Storm {
+    let (server, db) = (&target.server, &target.db);
+    let session = numbers.take(1);
+    setup::sessions(&db.url, target.backend, session, 1, false).await;
     let api = Api {
-        token: Some(token.to_owned()),
+        token: Some(target.tokens[0].clone()),
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(1_000)
             .build()
@@ -347,7 +388,7 @@ async fn storm(server: &Server, db: &TestDb, token: &str) -> Storm {
         ..server.api()
     };
     let key = new_key();
-    let body = payment("storm", 1);
+    let body = pay_session(&load::session_id(session));
     let before = db.scalar("SELECT COUNT(*) FROM payments").await;
     let answers = join_all((0..1_000).map(|_| {
         let (api, key, body) = (api.clone(), key.clone(), body.clone());

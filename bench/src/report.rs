@@ -9,18 +9,13 @@ use crate::{Series, Storm, Workload};
 /// Facts about the code's statements and what profiling it showed, kept with the figures.
 const WHERE_THE_TIME_GOES: &str = "## Where a request's time goes
 
-**Statements per request.** PostgreSQL, keyed first execution: 5 (`BEGIN`; the claim, whose `RETURNING` also lifts the lock timeout for the rest of the transaction; the guarded debit with its payment row and ledger row as one statement; the stored answer; `COMMIT`). Un-keyed: 3 (`BEGIN`; the same charge; `COMMIT`). A replay: 4 (`BEGIN`; the claim, which finds the key; the read of its answer; `ROLLBACK`), or none beyond one read when a copy waited for its original in this process. The claim's lock timeout is a connection setting, so no transaction sends `SET`. SQLite, keyed first execution: one read on a reader connection (a replay ends there), then one unit of the same five statements on the writer thread inside a savepoint, sharing its batch's `BEGIN`/`COMMIT`.
+**Statements per payment** (a shopper pays a checkout session; the money goes to the session's shop in double entry). PostgreSQL, keyed first execution: 10 (`BEGIN`; the claim, whose `RETURNING` also lifts the lock timeout for the rest of the transaction; the session taken; the shopper's guarded debit; the payment row; the transfer's two ledger rows; the shop's waiting credit; the stored answer; `COMMIT`). Un-keyed: 8 (the same without the claim and the answer). A replay: the claim finds the key, one read of its answer, `ROLLBACK`. SQLite: one read on a reader connection (a replay ends there), then the same statements on the writer thread inside a savepoint, sharing its batch's `BEGIN`/`COMMIT`.
 
-**SQLite, profiled** (`perf record -a`, `strace -c` on the writer, 32 clients).
-- The old path: the writer connection is a pool of one; every statement is a hop to sqlx's worker thread and back, and every request has a commit of its own. Throughput stayed flat from 1 to 128 clients.
-- The writer thread now owns its connection and runs a request's whole unit with no hop, so the commit is shared by whatever queued meanwhile.
-- Three costs surfaced once that was in place:
-  - the savepoints' statement journals went to temporary files, created and unlinked per unit (now `temp_store = MEMORY`);
-  - the reader pool opened a fresh connection (schema parse included) whenever more than 4 reads overlapped, and closed it again (now a bounded pool that never closes);
-  - random ids put every inserted row on its own index page, so a commit wrote about ten pages per request (now time-ordered UUID v7 ids for server-made rows).
-- What remains is SQLite's own work: about 190 µs of writer CPU per request, much of it B-tree inserts and the savepoint journal. At 128 clients the writer is busy all the time and the two cores are shared with the HTTP workers and wrk.
+**No hot row.** A payment never updates its shop's balance row: the shop's side of the transfer is a ledger row plus a row in `unfolded_credits`, both inserts, so payments to one shop do not queue on one row lock. A refund (the only thing that spends a shop's money) folds the waiting credits into the balance row under that row's lock in one statement, then debits it, guarded. The shopper's row is still updated by each payment: it guards the shopper's balance, and one shopper does not pay hundreds of times a second. \"One shop\" below sends every payment to one shop (from 64 shoppers); \"many shops\" spreads them over 64.
 
-**PostgreSQL.** On this machine the database's CPU is the limit, and each statement costs it about the same. The keyed path pays for the claim and the stored answer, which the un-keyed one does not have. The composed variant (claim and charge in one statement, a pgbench row above) saves one more. It is not what the server sends: the claim's result would have to come out of the payment's own statement, and the protocol would no longer read claim → change → answer → commit in one place.
+**SQLite.** The writer thread owns its connection and runs a request's whole unit with no hop, so a commit is shared by whatever queued meanwhile (group commit). Statement journals stay in memory, the reader pool never reopens connections, and server-made ids are time-ordered (UUID v7) so that a batch of rows lands on a few index pages. What remains is SQLite's own work, B-tree inserts and the savepoint journal, on one thread.
+
+**PostgreSQL.** On this machine the database's CPU is the limit, and each statement costs it about the same; the keyed path pays for the claim and the stored answer (2 of 10 statements).
 ";
 
 /// Where the report goes and what the run was.
@@ -29,7 +24,6 @@ pub struct Context<'a> {
     pub svg: &'a str,
     pub levels: &'a [usize],
     pub seconds: u64,
-    pub old_commit: &'a str,
 }
 
 fn run_of(series: &[Series], workload: Workload, clients: usize) -> Option<&crate::load::Run> {
@@ -62,7 +56,6 @@ pub fn write(
         svg,
         levels,
         seconds,
-        old_commit,
     } = *context;
     let mut md = String::new();
     let machine = std::fs::read_to_string("/proc/cpuinfo")
@@ -83,56 +76,34 @@ pub fn write(
         "- machine: {cores} cores ({machine}); server, database and load generator share them"
     )
     .unwrap();
-    writeln!(md, "- runs: {seconds} s each; service load by `wrk` (Lua `request()`: a fresh `Idempotency-Key` and order per request, amount 1 kopeck); PostgreSQL's limit by `pgbench -n -M prepared` running the server's own statements with as many connections as the server's pool at most (4 per core: the same concurrency in the database), SQLite's by the same statements in a loop on one connection (`bench/src/load.rs`, `bench/src/sqlite_loop.rs`)").unwrap();
-    writeln!(md, "- \"many accounts\" = 64 accounts; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`").unwrap();
-    if !old_commit.is_empty() {
-        writeln!(md, "- \"the old path\": `checkout-server-bench` built from commit `{old_commit}`, the last before the SQLite writer thread and group commit").unwrap();
-    }
+    writeln!(md, "- runs: {seconds} s each; service load by `wrk` (Lua `request()`: a fresh `Idempotency-Key` and a fresh open checkout session per request, made in setup straight in the database, 1 kopeck each); PostgreSQL's limit by `pgbench -n -M prepared` running the server's own statements with as many connections as the server's pool at most (4 per core: the same concurrency in the database), SQLite's by the same statements in a loop on one connection (`bench/src/load.rs`, `bench/src/sqlite_loop.rs`)").unwrap();
+    writeln!(md, "- 64 shoppers; \"many shops\" = 64 shops, \"one shop\" = every payment to one; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`").unwrap();
     writeln!(md).unwrap();
 
-    writeln!(md, "## Ratios: PostgreSQL\n").unwrap();
-    writeln!(md, "| clients | service ÷ pgbench, keyed (goal ≥ 0.8 at 32) | keyed ÷ un-keyed, service (goal ≥ 0.7) | keyed ÷ un-keyed, pgbench | composed ÷ step by step, pgbench | one hot ÷ many accounts |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    writeln!(md, "## Ratios\n").unwrap();
+    writeln!(md, "| clients | one shop ÷ many shops, PostgreSQL (goal ≥ 0.8 at 32) | one shop ÷ many shops, SQLite (goal ≥ 0.8 at 32) | service ÷ pgbench, keyed | keyed ÷ un-keyed, service | keyed ÷ un-keyed, pgbench | SQLite service ÷ SQLite loop | group commit ÷ a commit per request |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|").unwrap();
     for &c in levels {
         writeln!(
             md,
-            "| {c} | {} | {} | {} | {} | {} |",
+            "| {c} | {} | {} | {} | {} | {} | {} | {} |",
+            ratio(series, Workload::OneShop, Workload::Keyed, c),
+            ratio(
+                series,
+                Workload::SqliteOneShop,
+                Workload::SqliteGroupCommit,
+                c
+            ),
             ratio(series, Workload::Keyed, Workload::PgbenchKeyed, c),
             ratio(series, Workload::Keyed, Workload::Unkeyed, c),
             ratio(series, Workload::PgbenchKeyed, Workload::PgbenchUnkeyed, c),
-            ratio(series, Workload::PgbenchComposed, Workload::PgbenchKeyed, c),
-            ratio(series, Workload::HotAccount, Workload::Keyed, c),
-        )
-        .unwrap();
-    }
-    writeln!(
-        md,
-        "\nStatements per request: keyed 5, un-keyed 3, composed 4 (see below).\n"
-    )
-    .unwrap();
-    writeln!(md, "## Ratios: SQLite\n").unwrap();
-    writeln!(md, "| clients | group commit ÷ old path (goal ≥ 3 at 32) | group commit ÷ a commit per request | service ÷ the SQLite loop (goal ≥ 1) | p99 ms: group commit / old path |").unwrap();
-    writeln!(md, "|---|---|---|---|---|").unwrap();
-    for &c in levels {
-        let p99 = |w| run_of(series, w, c).map_or("–".into(), |r| format!("{:.2}", r.p99_ms));
-        writeln!(
-            md,
-            "| {c} | {} | {} | {} | {} / {} |",
-            ratio(
-                series,
-                Workload::SqliteGroupCommit,
-                Workload::SqliteOldPath,
-                c
-            ),
+            ratio(series, Workload::SqliteGroupCommit, Workload::SqliteLoop, c),
             ratio(
                 series,
                 Workload::SqliteGroupCommit,
                 Workload::SqliteCommitPerRequest,
                 c
             ),
-            ratio(series, Workload::SqliteGroupCommit, Workload::SqliteLoop, c),
-            p99(Workload::SqliteGroupCommit),
-            p99(Workload::SqliteOldPath),
         )
         .unwrap();
     }

@@ -26,11 +26,13 @@ async fn unkeyed_payment(
     body: JsonBody<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let charge = Charge::validate(&principal, body.value)?;
-    // The ledger row still carries a claim id (it is unique there), but no key row is written.
+    // The ledger row still carries a claim id (it is unique there) and a key of its own, but
+    // no key row is written.
+    let claim_id = uuid::Uuid::new_v4().simple().to_string();
     let claim = Claim {
         scope: principal.account_id,
-        key: "unkeyed".into(),
-        claim_id: uuid::Uuid::new_v4().simple().to_string(),
+        key: format!("unkeyed-{claim_id}"),
+        claim_id,
         request_hash: String::new(),
         request_body: String::new(),
         now_ms: now_ms(),

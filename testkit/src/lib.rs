@@ -139,20 +139,21 @@ impl TestDb {
             (
                 "every payment debits its shopper and credits its shop, once each",
                 "\
-                SELECT COUNT(*) FROM payments p WHERE 1 <> \
-                  (SELECT COUNT(*) FROM ledger l WHERE l.payment_id = p.payment_id AND l.kind = 'payment' \
-                    AND l.account_id = p.shopper_account_id AND l.amount = -p.amount) \
-                  OR 1 <> (SELECT COUNT(*) FROM ledger l WHERE l.payment_id = p.payment_id AND l.kind = 'payment' \
-                    AND l.account_id = p.shop_account_id AND l.amount = p.amount)",
+                SELECT COUNT(*) FROM (SELECT p.payment_id, \
+                    SUM(CASE WHEN l.account_id = p.shopper_account_id AND l.amount = -p.amount THEN 1 ELSE 0 END) AS debits, \
+                    SUM(CASE WHEN l.account_id = p.shop_account_id AND l.amount = p.amount THEN 1 ELSE 0 END) AS credits \
+                  FROM payments p LEFT JOIN ledger l ON l.payment_id = p.payment_id AND l.kind = 'payment' \
+                  GROUP BY p.payment_id) t WHERE debits <> 1 OR credits <> 1",
             ),
             (
                 "every refund debits the shop and credits the shopper, once each",
                 "\
-                SELECT COUNT(*) FROM refunds r JOIN payments p ON p.payment_id = r.payment_id WHERE 1 <> \
-                  (SELECT COUNT(*) FROM ledger l WHERE l.refund_id = r.refund_id AND l.kind = 'refund' \
-                    AND l.account_id = p.shop_account_id AND l.amount = -r.amount) \
-                  OR 1 <> (SELECT COUNT(*) FROM ledger l WHERE l.refund_id = r.refund_id AND l.kind = 'refund' \
-                    AND l.account_id = p.shopper_account_id AND l.amount = r.amount)",
+                SELECT COUNT(*) FROM (SELECT r.refund_id, \
+                    SUM(CASE WHEN l.account_id = p.shop_account_id AND l.amount = -r.amount THEN 1 ELSE 0 END) AS debits, \
+                    SUM(CASE WHEN l.account_id = p.shopper_account_id AND l.amount = r.amount THEN 1 ELSE 0 END) AS credits \
+                  FROM refunds r JOIN payments p ON p.payment_id = r.payment_id \
+                  LEFT JOIN ledger l ON l.refund_id = r.refund_id AND l.kind = 'refund' \
+                  GROUP BY r.refund_id) t WHERE debits <> 1 OR credits <> 1",
             ),
             (
                 "refunds of a payment sum to its refunded total, at most its amount",
