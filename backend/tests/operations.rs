@@ -280,3 +280,75 @@ async fn a_second_server_on_the_same_sqlite_file_is_refused() {
     let next = Server::start(SERVER, &db).await;
     assert_eq!(shopper.on(&next).balance().await, OPENING_BALANCE - 100);
 }
+
+/// A database the v1 server wrote (a shopper paid an order and refunded part of it, money that
+/// went to nobody) is migrated at start: the payment and refund get their counterpart on a
+/// system account, so every invariant of double entry holds, and the shopper still sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_v1_database_keeps_its_money_through_the_migration_to_shops() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::new(backend).await;
+        let dir = tempfile::tempdir().unwrap();
+        let folder = match backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        };
+        for file in ["0001_checkout.sql", "0002_key_request_body.sql"] {
+            let from = format!(
+                "{}/../migrations/{folder}/{file}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            std::fs::copy(from, dir.path().join(file)).unwrap();
+        }
+        let v1 = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+        // The v1 server made the file; here the test does.
+        let url = match backend {
+            Backend::Sqlite => format!("{}?mode=rwc", db.url),
+            Backend::Postgres => db.url.clone(),
+        };
+        let mut conn: sqlx::AnyConnection = sqlx::Connection::connect(&url).await.unwrap();
+        v1.run(&mut conn).await.unwrap();
+        drop(conn);
+        let token = "tok_from_v1";
+        let token_hash = checkout_backend::accounts::token_hash(token);
+        for statement in [
+            format!(
+                "INSERT INTO accounts (account_id, token_hash, currency, balance, created_at) \
+                 VALUES ('acc_v1', '{token_hash}', 'RUB', 80000, 0)"
+            ),
+            "INSERT INTO ledger (account_id, amount, kind, created_at) VALUES ('acc_v1', 100000, 'opening', 0)".into(),
+            "INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, created_at) \
+             VALUES ('acc_v1', -30000, 'payment', 'k1', 'c1', 'pay_0123456789abcdef0123456789abcdef', 1)".into(),
+            "INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) \
+             VALUES ('acc_v1', 10000, 'refund', 'k2', 'c2', 'pay_0123456789abcdef0123456789abcdef', 'ref_0123456789abcdef0123456789abcdef', 2)".into(),
+            "INSERT INTO payments (payment_id, account_id, order_id, amount, currency, refunded, balance_after, idempotency_key, created_at) \
+             VALUES ('pay_0123456789abcdef0123456789abcdef', 'acc_v1', 'ORD-1', 30000, 'RUB', 10000, 70000, 'k1', 1)".into(),
+            "INSERT INTO refunds (refund_id, payment_id, amount, refunded_total_after, balance_after, idempotency_key, created_at) \
+             VALUES ('ref_0123456789abcdef0123456789abcdef', 'pay_0123456789abcdef0123456789abcdef', 10000, 10000, 80000, 'k2', 2)".into(),
+        ] {
+            db.execute(&statement).await;
+        }
+
+        let server = Server::start(SERVER, &db).await;
+        db.assert_invariants().await;
+        assert_eq!(
+            db.scalar("SELECT balance FROM accounts WHERE account_id = 'acc_before_shops'")
+                .await,
+            20_000,
+            "{backend:?}: the counterpart holds what left the shopper"
+        );
+        let shopper = support::Api {
+            token: Some(token.into()),
+            ..server.api()
+        };
+        assert_eq!(shopper.balance().await, 80_000);
+        let details = shopper
+            .get("/api/payments/pay_0123456789abcdef0123456789abcdef")
+            .await;
+        assert_eq!(details.status, StatusCode::OK, "{}", details.body);
+        let details = details.json();
+        assert_eq!(details["amount"], 30_000);
+        assert_eq!(details["refunded_total"], 10_000);
+        assert_eq!(details["refunds"].as_array().unwrap().len(), 1);
+    }
+}

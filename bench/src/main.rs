@@ -100,6 +100,29 @@ fn span(seconds: u64, runners: usize) -> u64 {
     seconds * 12_000 / runners as u64 + 2_000
 }
 
+/// What a workload sends: to which route, with keys or not, to one shop or many.
+#[derive(Clone, Copy)]
+struct Payments {
+    path: &'static str,
+    keyed: bool,
+    one_shop: bool,
+}
+
+const KEYED: Payments = Payments {
+    path: "/api/payments",
+    keyed: true,
+    one_shop: false,
+};
+const ONE_SHOP: Payments = Payments {
+    one_shop: true,
+    ..KEYED
+};
+const UNKEYED: Payments = Payments {
+    path: "/api/bench/unkeyed-payments",
+    keyed: false,
+    one_shop: false,
+};
+
 /// A server under load and its database.
 struct Target {
     db: TestDb,
@@ -125,9 +148,11 @@ impl Target {
     async fn pay_fresh(
         &self,
         numbers: &mut SessionNumbers,
-        path: &str,
-        keyed: bool,
-        one_shop: bool,
+        Payments {
+            path,
+            keyed,
+            one_shop,
+        }: Payments,
         clients: usize,
         seconds: u64,
         dir: &std::path::Path,
@@ -219,7 +244,6 @@ async fn main() {
         runs: Vec::new(),
     })
     .collect();
-    const PAY: &str = "/api/payments";
     for &clients in &args.levels {
         let s = args.seconds;
         for series in &mut series {
@@ -246,19 +270,9 @@ async fn main() {
                         d,
                     )
                 }
-                Workload::Keyed => {
-                    pg.pay_fresh(&mut numbers, PAY, true, false, clients, s, d)
-                        .await
-                }
-                Workload::OneShop => {
-                    pg.pay_fresh(&mut numbers, PAY, true, true, clients, s, d)
-                        .await
-                }
-                Workload::Unkeyed => {
-                    let path = "/api/bench/unkeyed-payments";
-                    pg.pay_fresh(&mut numbers, path, false, false, clients, s, d)
-                        .await
-                }
+                Workload::Keyed => pg.pay_fresh(&mut numbers, KEYED, clients, s, d).await,
+                Workload::OneShop => pg.pay_fresh(&mut numbers, ONE_SHOP, clients, s, d).await,
+                Workload::Unkeyed => pg.pay_fresh(&mut numbers, UNKEYED, clients, s, d).await,
                 Workload::Replays => load::wrk(
                     &pg.server.base,
                     &Requests::Replays {
@@ -275,19 +289,13 @@ async fn main() {
                         .unwrap()
                 }
                 Workload::SqliteGroupCommit => {
-                    group
-                        .pay_fresh(&mut numbers, PAY, true, false, clients, s, d)
-                        .await
+                    group.pay_fresh(&mut numbers, KEYED, clients, s, d).await
                 }
                 Workload::SqliteOneShop => {
-                    group
-                        .pay_fresh(&mut numbers, PAY, true, true, clients, s, d)
-                        .await
+                    group.pay_fresh(&mut numbers, ONE_SHOP, clients, s, d).await
                 }
                 Workload::SqliteCommitPerRequest => {
-                    single
-                        .pay_fresh(&mut numbers, PAY, true, false, clients, s, d)
-                        .await
+                    single.pay_fresh(&mut numbers, KEYED, clients, s, d).await
                 }
             };
             eprintln!(

@@ -9,7 +9,6 @@ use std::time::Duration;
 use browser::{CART, Checkout};
 use checkout_testkit::{OPENING_BALANCE, wait_until};
 use reqwest::StatusCode;
-use serde_json::Value;
 
 /// A key retention short enough to outlive within a test.
 const SHORT_TTL: [(&str, &str); 2] = [("CHECKOUT_KEY_TTL_SECS", "2"), ("CHECKOUT_SWEEP_SECS", "1")];
@@ -31,20 +30,9 @@ scenario!(
     [Sqlite, Postgres]
 );
 scenario!(
-    a_refund_resumed_after_its_key_expired_is_not_made_twice,
-    "delay_before_commit_ms=1000",
-    env = super::SHORT_TTL,
-    [Sqlite, Postgres]
-);
-scenario!(
     two_tabs_clicking_together_send_once_and_show_one_receipt,
     "delay_before_commit_ms=1500",
     [Sqlite, Postgres]
-);
-scenario!(
-    a_reload_between_a_refund_answer_and_the_list_keeps_the_refund,
-    "delay_account_ms=3000",
-    [Sqlite]
 );
 scenario!(
     a_dead_demo_session_is_replaced_and_the_shopper_reads_russian,
@@ -168,39 +156,6 @@ async fn a_payment_resumed_after_its_key_expired_shows_its_receipt(c: Checkout) 
     c
 }
 
-async fn a_refund_resumed_after_its_key_expired_is_not_made_twice(c: Checkout) -> Checkout {
-    c.open().await;
-    c.click("button.pay", 1).await;
-    let payment_id = c.assert_paid_once().await;
-    c.type_into("#refund-amount", "100").await;
-    c.click("button.refund-partial", 1).await;
-    c.wait_for_text(".refund-status", "Возвращаем").await;
-    let key = c.saved_state().await["refund"]["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let api = c.api().await;
-    c.browser.goto("about:blank").await.unwrap();
-    let refunds = || async { c.db.scalar("SELECT COUNT(*) FROM refunds").await };
-    wait_until(
-        "the refund never committed",
-        Duration::from_secs(30),
-        || async { refunds().await == 1 },
-    )
-    .await;
-    wait_until_forgotten(&api, &key).await;
-    c.browser.goto(&c.url()).await.unwrap();
-    c.wait_for(".card").await;
-    c.wait_for_text(".refund-line", "100,00").await;
-    assert_eq!(c.count(".refund-line").await, 1);
-    assert_eq!(refunds().await, 1, "the refund was not made a second time");
-    assert_eq!(api.balance().await, OPENING_BALANCE - CART + 10_000);
-    let details: Value = api.get(&format!("/api/payments/{payment_id}")).await.json();
-    assert_eq!(details["refunded_total"], 10_000);
-    c.db.assert_invariants().await;
-    c
-}
-
 async fn two_tabs_clicking_together_send_once_and_show_one_receipt(c: Checkout) -> Checkout {
     c.open().await;
     let key = c.payment_key().await;
@@ -226,31 +181,6 @@ async fn two_tabs_clicking_together_send_once_and_show_one_receipt(c: Checkout) 
         ["first"],
         "one tab sent the payment; the other waited for it"
     );
-    c
-}
-
-async fn a_reload_between_a_refund_answer_and_the_list_keeps_the_refund(c: Checkout) -> Checkout {
-    c.open().await;
-    c.click("button.pay", 1).await;
-    c.wait_for_text(".payment-id", "pay_").await;
-    c.type_into("#refund-amount", "100").await;
-    c.click("button.refund-partial", 1).await;
-    c.wait_for_text(".refund-status", "Возвращено 100,00").await;
-    // The balance refresh after the refund is slow; the shopper reloads right away.
-    c.reload().await;
-    c.wait_for_text(".refund-line", "100,00").await;
-    assert_eq!(c.count(".refund-line").await, 1);
-    // «Вернуть всё» offers only what remains.
-    c.click("button.another-refund", 1).await;
-    c.wait_for("button.refund-full").await;
-    c.click("button.refund-full", 1).await;
-    c.wait_for_text(".refund-status", "Возвращено 350,00").await;
-    assert_eq!(c.db.scalar("SELECT COUNT(*) FROM refunds").await, 2);
-    assert_eq!(
-        c.refund_outcomes().iter().filter(|o| *o == "first").count(),
-        2
-    );
-    c.db.assert_invariants().await;
     c
 }
 

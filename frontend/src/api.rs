@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use checkout_shared::{
-    Account, DemoSession, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, KeyState,
-    KeyStatus, PaymentDetails,
+    Account, CheckoutSession, DemoCart, DemoSession, IDEMPOTENCY_KEY_EXPIRES_HEADER,
+    IDEMPOTENCY_KEY_HEADER, KeyState, KeyStatus, PaymentDetails,
 };
 use futures::future::{Either, select};
 use gloo_net::http::{Request, Response};
@@ -31,6 +31,20 @@ pub enum Failure {
 
 pub async fn demo_session() -> Result<DemoSession, Failure> {
     fetch_json(Request::post("/api/demo/session")).await
+}
+
+/// The demo shop's cart `cart` as a checkout session, made by the server (the page names a
+/// cart, never an amount).
+pub async fn demo_checkout_session(cart: u32) -> Result<CheckoutSession, Failure> {
+    let request = Request::post("/api/demo/checkout-session")
+        .json(&DemoCart { cart })
+        .map_err(|_| Failure::Unavailable)?;
+    let response = request.send().await.map_err(|_| Failure::Unavailable)?;
+    match response.status() {
+        200..=299 => response.json().await.map_err(|_| Failure::Unavailable),
+        404 => Err(Failure::NotFound),
+        _ => Err(Failure::Unavailable),
+    }
 }
 
 pub async fn account(token: &str) -> Result<Account, Failure> {

@@ -4,16 +4,13 @@
 
 use std::cell::RefCell;
 
-use checkout_shared::{DemoSession, Payment, PaymentDetails, Refund, format_rub};
+use checkout_shared::{DemoSession, ErrorCode, Payment, PaymentDetails, Problem, format_rub};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::checkout::{
-    self, Checkout, Order, Read, RefundOrder, RefundStart, Seed, parse_rub, payment_status,
-    refund_status, refund_still_pending,
-};
+use crate::checkout::{self, Checkout, Order, Read, Seed, payment_status};
 use crate::intent::{Intent, Phase, Resume, RetryPolicy, WhenForgotten};
 use crate::{api, messages, storage, tabs};
 
@@ -52,11 +49,10 @@ fn seed() -> Seed {
     }
 }
 
-/// Which kind of intent a task is working on.
+/// Which kind of intent a task is working on (refunds are the shop's now, not the page's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Which {
     Payment,
-    Refund,
 }
 
 #[derive(Clone, Copy)]
@@ -117,7 +113,6 @@ trait Kind: 'static {
 }
 
 struct PaymentKind;
-struct RefundKind;
 
 impl Kind for PaymentKind {
     type Request = Order;
@@ -148,50 +143,6 @@ impl Kind for PaymentKind {
     fn found(c: &mut Checkout, details: &PaymentDetails) {
         c.payment.succeed_with(details.payment.clone());
         c.sync_refunds(details);
-    }
-}
-
-impl Kind for RefundKind {
-    type Request = RefundOrder;
-    type Receipt = Refund;
-    const WHICH: Which = Which::Refund;
-
-    fn intent(c: &mut Checkout) -> Option<&mut Intent<RefundOrder, Refund>> {
-        c.refund.as_mut()
-    }
-
-    fn path_and_body(order: &RefundOrder) -> (String, Value) {
-        let body = serde_json::to_value(order.request()).expect("a request serializes");
-        (format!("/api/payments/{}/refunds", order.payment_id), body)
-    }
-
-    fn when_forgotten(_: &Checkout) -> WhenForgotten {
-        WhenForgotten::Reconcile
-    }
-
-    fn file(c: &mut Checkout) {
-        c.settle_refund();
-    }
-
-    fn payment_to_fetch(c: &Checkout, _: Option<String>) -> Option<String> {
-        c.refund.as_ref().map(|r| r.request.payment_id.clone())
-    }
-
-    fn found(c: &mut Checkout, details: &PaymentDetails) {
-        match c.unknown_refund_of(details) {
-            Some(refund) => {
-                if let Some(intent) = c.refund.as_mut() {
-                    intent.succeed_with(refund);
-                }
-            }
-            None => {
-                if let Some(intent) = c.refund.as_mut() {
-                    intent.found_nothing();
-                }
-            }
-        }
-        c.sync_refunds(details);
-        c.settle_refund();
     }
 }
 
@@ -382,6 +333,21 @@ impl Widget {
                 change(self, |c| K::found(c, &details));
                 true
             }
+            // The session was paid, but not by this shopper: for this page, a decline.
+            Err(api::Failure::NotFound) => {
+                change(self, |c| {
+                    if let Some(intent) = K::intent(c) {
+                        intent.phase = Phase::Declined {
+                            problem: Problem::new(
+                                409,
+                                ErrorCode::SessionAlreadyPaid,
+                                "paid by another shopper",
+                            ),
+                        };
+                    }
+                });
+                true
+            }
             Err(api::Failure::Unauthorized) => {
                 change(self, |c| K::intent(c).map(Intent::unauthorized));
                 true
@@ -394,8 +360,21 @@ impl Widget {
         self.advance::<PaymentKind>(true);
     }
 
-    fn refund(self) {
-        self.advance::<RefundKind>(true);
+    /// The shop's checkout session for this purchase, fetched once and kept with the intent.
+    async fn fetch_cart(self) {
+        let wanted = self.checkout.with_untracked(|c| {
+            (!c.payment.request.is_fetched() && c.payment.phase == Phase::Created)
+                .then_some(c.purchase)
+        });
+        let Some(purchase) = wanted else { return };
+        match api::demo_checkout_session(purchase).await {
+            Ok(session) => {
+                change(self, |c| c.adopt_session(&session));
+            }
+            Err(_) => self.session_error.set(Some(
+                "Не удалось получить заказ магазина: обновите страницу".into(),
+            )),
+        }
     }
 }
 
@@ -447,8 +426,8 @@ pub fn App() -> impl IntoView {
         {
             change(widget, |c| c.sync_refunds(&details));
         }
+        widget.fetch_cart().await;
         widget.advance::<PaymentKind>(false);
-        widget.advance::<RefundKind>(false);
         widget.refresh_balance().await;
     });
 
@@ -505,7 +484,10 @@ fn OrderSummary(widget: Widget) -> impl IntoView {
 fn PayPanel(widget: Widget) -> impl IntoView {
     let waiting = move || widget.elsewhere.get() == Some(Which::Payment);
     let in_flight = move || waiting() || widget.checkout.with(|c| c.payment.is_in_flight());
-    let no_session = move || widget.session.with(Option::is_none);
+    let no_session = move || {
+        widget.session.with(Option::is_none)
+            || widget.checkout.with(|c| !c.payment.request.is_fetched())
+    };
     let status = move || {
         if waiting() {
             format!("Платёж {}", messages::OTHER_TAB)
@@ -543,11 +525,14 @@ fn Outcome(widget: Widget) -> impl IntoView {
                 *c = next;
             }
         });
-        spawn_local(widget.refresh_balance());
+        spawn_local(async move {
+            widget.fetch_cart().await;
+            widget.refresh_balance().await;
+        });
     };
     view! {
         {move || match checkout.with(|c| c.receipt().cloned()) {
-            Some(receipt) => view! { <Receipt receipt /> <RefundPanel widget /> }.into_any(),
+            Some(receipt) => view! { <Receipt receipt /> <ShopRefunds widget /> }.into_any(),
             None => {
                 let status = checkout.with(|c| payment_status(&c.payment));
                 view! {
@@ -570,97 +555,31 @@ fn Receipt(receipt: Payment) -> impl IntoView {
             <dl>
                 <dt>"Платёж"</dt><dd class="payment-id">{receipt.payment_id}</dd>
                 <dt>"Сумма"</dt><dd class="receipt-amount">{format_rub(receipt.amount)}</dd>
-                <dt>"Остаток на счёте"</dt><dd class="receipt-balance">{format_rub(receipt.balance)}</dd>
+                {receipt.balance.map(|balance| view! {
+                    <dt>"Остаток на счёте"</dt><dd class="receipt-balance">{format_rub(balance)}</dd>
+                })}
             </dl>
         </div>
     }
 }
 
+/// Refunds the shop made of this payment, as the server has them (read when the page loads).
 #[component]
-fn RefundPanel(widget: Widget) -> impl IntoView {
-    let checkout = widget.checkout;
-    let refundable = move || checkout.with(Checkout::refundable);
-    let amount_text = RwSignal::new(String::new());
-    let input_error = RwSignal::new(None::<String>);
-    let waiting = move || widget.elsewhere.get() == Some(Which::Refund);
-    let refund_in_flight =
-        move || waiting() || checkout.with(|c| c.refund.as_ref().is_some_and(|r| r.is_in_flight()));
-    let refund_settled =
-        move || checkout.with(|c| c.refund.as_ref().is_some_and(|r| !r.is_pending()));
-    let status = move || {
-        if waiting() {
-            format!("Возврат {}", messages::OTHER_TAB)
-        } else {
-            checkout.with(|c| c.refund.as_ref().map(refund_status).unwrap_or_default())
-        }
-    };
-
-    let submit = move |amount: Option<i64>| {
-        let Some(amount) = amount.filter(|a| *a > 0) else {
-            input_error.set(Some(
-                "Введите сумму в рублях, например 150 или 150,50".into(),
-            ));
-            return;
-        };
-        input_error.set(None);
-        match change(widget, |c| c.begin_refund(amount, random_bytes(), now_ms())) {
-            Some(RefundStart::New) => widget.refund(),
-            Some(RefundStart::StillPending { amount }) => {
-                input_error.set(Some(refund_still_pending(amount)));
-                widget.refund();
-            }
-            Some(RefundStart::NothingToRefund) | None => {}
-        }
-    };
-
+fn ShopRefunds(widget: Widget) -> impl IntoView {
+    let refunds = move || widget.checkout.with(|c| c.refunds.clone());
     view! {
-        <section class="refund" aria-labelledby="refund-title">
-            <h2 id="refund-title">"Возврат"</h2>
-            <ul class="refunds">
-                {move || checkout.with(|c| c.refunds.clone()).into_iter().map(|r| view! {
-                    <li class="refund-line">
-                        <span>"Возврат "<span class="refund-id">{r.refund_id}</span></span>
-                        <span class="refund-amount">{format_rub(r.amount)}</span>
-                    </li>
-                }).collect_view()}
-            </ul>
-            {move || if refund_settled() {
-                view! {
-                    <p class="status refund-status" role="status" aria-live="polite">{status}</p>
-                    <button class="secondary another-refund" type="button"
-                        on:click=move |_| { change(widget, Checkout::clear_refund); }
-                        disabled=move || refundable() == 0>
-                        "Ещё один возврат"
-                    </button>
-                }.into_any()
-            } else if refundable() == 0 {
-                view! { <p class="status">"Платёж возвращён полностью"</p> }.into_any()
-            } else {
-                view! {
-                    <div class="refund-form">
-                        <label for="refund-amount">"Сумма, ₽"</label>
-                        <input id="refund-amount" type="text" inputmode="decimal" autocomplete="off"
-                            placeholder=move || format_rub(refundable()).replace('\u{a0}', " ").trim_end_matches(" ₽").to_owned()
-                            prop:value=move || amount_text.get()
-                            on:input=move |ev| amount_text.set(event_target_value(&ev))
-                            disabled=refund_in_flight />
-                        <button class="refund-partial" type="button"
-                            disabled=refund_in_flight
-                            aria-busy=move || if refund_in_flight() { "true" } else { "false" }
-                            on:click=move |_| submit(parse_rub(&amount_text.get_untracked()))>
-                            "Вернуть"
-                        </button>
-                        <button class="secondary refund-full" type="button"
-                            disabled=refund_in_flight
-                            on:click=move |_| submit(Some(refundable()))>
-                            "Вернуть всё"
-                        </button>
-                    </div>
-                    <p class="status refund-status" role="status" aria-live="polite">
-                        {move || input_error.get().unwrap_or_else(status)}
-                    </p>
-                }.into_any()
-            }}
-        </section>
+        <Show when=move || !refunds().is_empty()>
+            <section class="refund" aria-labelledby="refund-title">
+                <h2 id="refund-title">"Возвраты магазина"</h2>
+                <ul class="refunds">
+                    {move || refunds().into_iter().map(|r| view! {
+                        <li class="refund-line">
+                            <span>"Возврат "<span class="refund-id">{r.refund_id}</span></span>
+                            <span class="refund-amount">{format_rub(r.amount)}</span>
+                        </li>
+                    }).collect_view()}
+                </ul>
+            </section>
+        </Show>
     }
 }

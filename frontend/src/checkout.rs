@@ -4,7 +4,8 @@
 //! replaced, its intent is recovered from what can be salvaged of it ([`salvage`]).
 
 use checkout_shared::{
-    CreatePayment, CreateRefund, ErrorCode, Payment, PaymentDetails, Refund, format_rub,
+    CheckoutSession, CreatePayment, CreateRefund, ErrorCode, Payment, PaymentDetails, Refund,
+    format_rub,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,9 +27,13 @@ impl Item {
     }
 }
 
-/// The order in the cart: what is paid for, fixed once the intent exists.
+/// The order in the cart: the shop's checkout session, whose amount the shop fixed. The payment
+/// names only the session; the items are shown, never sent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
+    /// Empty until the shop's session has been fetched: nothing can be paid before.
+    #[serde(default)]
+    pub checkout_session_id: String,
     pub order_id: String,
     pub items: Vec<Item>,
     pub currency: String,
@@ -41,9 +46,28 @@ impl Order {
 
     pub fn request(&self) -> CreatePayment {
         CreatePayment {
-            order_id: self.order_id.clone(),
-            amount: self.total(),
-            currency: Some(self.currency.clone()),
+            checkout_session_id: self.checkout_session_id.clone(),
+        }
+    }
+
+    pub fn is_fetched(&self) -> bool {
+        !self.checkout_session_id.is_empty()
+    }
+
+    pub fn of_session(session: &CheckoutSession) -> Order {
+        Order {
+            checkout_session_id: session.session_id.clone(),
+            order_id: session.order_id.clone(),
+            items: session
+                .items
+                .iter()
+                .map(|item| Item {
+                    name: item.name.clone(),
+                    quantity: item.quantity,
+                    unit_price: item.unit_price,
+                })
+                .collect(),
+            currency: session.currency.clone(),
         }
     }
 }
@@ -65,8 +89,8 @@ impl RefundOrder {
 pub type PaymentIntent = Intent<Order, Payment>;
 pub type RefundIntent = Intent<RefundOrder, Refund>;
 
-/// The demo shop's carts, one per purchase in turn: the second one costs more than what is
-/// left after the first, so a demo shows a decline too.
+/// What the demo shop's cart `purchase` holds (the server makes the very same one into a
+/// session): shown while the session is being fetched.
 fn demo_cart(purchase: u32) -> Vec<Item> {
     let item = |name: &str, quantity, unit_price| Item {
         name: name.into(),
@@ -132,6 +156,7 @@ impl Checkout {
                 .collect::<String>()
         );
         let order = Order {
+            checkout_session_id: String::new(),
             order_id,
             items: demo_cart(purchase),
             currency: "RUB".into(),
@@ -144,6 +169,16 @@ impl Checkout {
             notice: None,
             recovering: false,
         }
+    }
+
+    /// The shop's session for this purchase, taken while nothing has been sent: the key stays,
+    /// the order becomes the session's. `false` if the intent has a session already.
+    pub fn adopt_session(&mut self, session: &CheckoutSession) -> bool {
+        if self.payment.request.is_fetched() || self.payment.phase != Phase::Created {
+            return false;
+        }
+        self.payment.request = Order::of_session(session);
+        true
     }
 
     /// «Новая покупка»: only once this one has an outcome, never while its outcome is unknown.
@@ -312,7 +347,7 @@ pub fn restore(saved: Option<&str>, seed: Seed, now_ms: i64) -> Restored {
 /// truncated write): its key and its order, wherever they are. The intent's fate is then
 /// learned from the server before anything is offered again; nothing is sent without that.
 pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
-    let (purchase, key, order_id, items) = match serde_json::from_str::<Value>(text) {
+    let (purchase, key, order_id, items, session) = match serde_json::from_str::<Value>(text) {
         Ok(value) => {
             let (purchase, intent) = find_payment_intent(&value, 0)?;
             let request = intent.get("request")?;
@@ -324,6 +359,10 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
                 intent.get("key")?.as_str()?.to_owned(),
                 request.get("order_id")?.as_str()?.to_owned(),
                 items,
+                request
+                    .get("checkout_session_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             )
         }
         // Not JSON (a write cut short): the payment intent comes first in the saved text, so its
@@ -335,12 +374,14 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
             text_field(text, "\"key\":\"")?,
             text_field(text, "\"order_id\":\"")?,
             None,
+            text_field(text, "\"checkout_session_id\":\""),
         ),
     };
     checkout_shared::IdempotencyKey::parse(&key).ok()?;
     checkout_shared::validate_order_id(&order_id).ok()?;
     let items = items.unwrap_or_else(|| demo_cart(purchase));
     let order = Order {
+        checkout_session_id: session.unwrap_or_default(),
         order_id,
         items,
         currency: "RUB".into(),
@@ -512,12 +553,13 @@ mod tests {
 
     fn receipt_of(checkout: &Checkout) -> Payment {
         Payment {
+            checkout_session_id: None,
             payment_id: "pay_1".into(),
             order_id: checkout.payment.request.order_id.clone(),
             amount: checkout.payment.request.total(),
             currency: "RUB".into(),
             status: PaymentStatus::Succeeded,
-            balance: 55_000,
+            balance: Some(55_000),
             created_at: "2026-12-02T10:00:00Z".into(),
         }
     }
@@ -539,7 +581,7 @@ mod tests {
             payment_id: "pay_1".into(),
             amount,
             refunded_total: total,
-            balance: 0,
+            balance: Some(0),
             created_at: "t".into(),
         }
     }
@@ -549,7 +591,36 @@ mod tests {
         let mut checkout = Checkout::new(0, seed(1), 0);
         assert_eq!(checkout.payment.request.order_id, "ORD-01010101");
         assert_eq!(checkout.payment.request.total(), 45_000);
-        assert_eq!(checkout.payment.request.request().amount, 45_000);
+        assert!(
+            !checkout.payment.request.is_fetched(),
+            "nothing to pay before the shop's session arrives"
+        );
+        let session = checkout_shared::CheckoutSession {
+            session_id: format!("cs_{}", "a".repeat(32)),
+            shop: None,
+            order_id: "ORD-SHOP".into(),
+            amount: 45_000,
+            currency: "RUB".into(),
+            description: None,
+            items: vec![checkout_shared::LineItem {
+                name: "Кофе".into(),
+                quantity: 1,
+                unit_price: 45_000,
+            }],
+            status: checkout_shared::CheckoutSessionStatus::Open,
+            expires_at: "2026-12-03T12:00:00Z".into(),
+            payment_id: None,
+        };
+        let key = checkout.payment.key.clone();
+        assert!(checkout.adopt_session(&session));
+        assert_eq!(checkout.payment.key, key, "the key stays with the intent");
+        assert_eq!(checkout.payment.request.order_id, "ORD-SHOP");
+        assert_eq!(
+            checkout.payment.request.request().checkout_session_id,
+            session.session_id,
+            "the payment names the session, never an amount"
+        );
+        assert!(!checkout.adopt_session(&session), "taken once");
         assert!(
             checkout.next_purchase(seed(2), 0).is_none(),
             "no new purchase while this one is unsettled"

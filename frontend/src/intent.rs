@@ -151,13 +151,18 @@ pub fn judge<Receipt: DeserializeOwned>(attempt: &Attempt) -> Verdict<Receipt> {
             reason: RetryReason::InProgress,
             retry_after,
         },
-        409 if code == Some(ErrorCode::OrderAlreadyPaid) => {
+        409 if matches!(
+            code,
+            Some(ErrorCode::OrderAlreadyPaid | ErrorCode::SessionAlreadyPaid)
+        ) =>
+        {
             match problem.and_then(|p| p.payment_id) {
                 Some(payment_id) => Verdict::AlreadyPaid(payment_id),
-                None => Verdict::Refused(messages::refusal(ErrorCode::OrderAlreadyPaid)),
+                None => Verdict::Refused(messages::refusal(ErrorCode::SessionAlreadyPaid)),
             }
         }
-        402 | 409 if problem.is_some() => Verdict::Decline(problem.expect("checked")),
+        // Stored outcomes of the key: a decline, a refund too large, a session expired.
+        402 | 409 | 410 if problem.is_some() => Verdict::Decline(problem.expect("checked")),
         408 | 429 | 500..=599 => Verdict::Retry {
             reason: RetryReason::ServerError,
             retry_after,
@@ -569,12 +574,13 @@ mod tests {
 
     fn receipt() -> Payment {
         Payment {
+            checkout_session_id: None,
             payment_id: "pay_1".into(),
             order_id: "ORD-1".into(),
             amount: 45_000,
             currency: "RUB".into(),
             status: PaymentStatus::Succeeded,
-            balance: 55_000,
+            balance: Some(55_000),
             created_at: "2026-12-02T10:00:00Z".into(),
         }
     }

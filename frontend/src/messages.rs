@@ -25,7 +25,12 @@ pub fn refusal(code: ErrorCode) -> String {
         ErrorCode::IdempotencyKeyReused => "ключ этой операции уже использован для другой",
         ErrorCode::IdempotencyKeyInUse => STILL_IN_PROGRESS,
         ErrorCode::InsufficientFunds => "недостаточно средств",
-        ErrorCode::OrderAlreadyPaid => "этот заказ уже оплачен",
+        ErrorCode::OrderAlreadyPaid | ErrorCode::SessionAlreadyPaid => "этот заказ уже оплачен",
+        ErrorCode::SessionExpired => {
+            "время на оплату заказа истекло: вернитесь в магазин и оформите его снова"
+        }
+        ErrorCode::Forbidden => "это действие доступно только магазину",
+        ErrorCode::OrderSessionExists => "у этого заказа уже есть оплата",
         ErrorCode::RefundExceedsPayment => "сумма больше того, что осталось вернуть",
         ErrorCode::RequestTimeout => "сервер не успел ответить",
         ErrorCode::ServiceUnavailable => "сервис временно недоступен",
@@ -56,6 +61,10 @@ mod tests {
             ErrorCode::IdempotencyKeyInUse,
             ErrorCode::InsufficientFunds,
             ErrorCode::OrderAlreadyPaid,
+            ErrorCode::SessionAlreadyPaid,
+            ErrorCode::SessionExpired,
+            ErrorCode::Forbidden,
+            ErrorCode::OrderSessionExists,
             ErrorCode::RefundExceedsPayment,
             ErrorCode::RequestTimeout,
             ErrorCode::ServiceUnavailable,

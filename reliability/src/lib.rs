@@ -1,15 +1,18 @@
-//! The campaign: a population of clients sends payments and refunds, about 30 % of them
-//! duplicates (concurrent copies, and retries of the same key after a while), while servers are
-//! SIGKILLed and restarted, PostgreSQL is stopped with `-m immediate` and started again, and the
-//! servers cut some connections right after their commit. Afterwards every key is retried until
-//! it has a definite answer, and every promise of the contract is checked.
+//! The campaign: shops make checkout sessions, shoppers pay them, shops refund, about 30 % of
+//! the requests duplicates (concurrent copies, and retries of the same key after a while), while
+//! servers are SIGKILLed and restarted, PostgreSQL is stopped with `-m immediate` and started
+//! again, and the servers cut some connections right after their commit. Afterwards every key is
+//! retried until it has a definite answer, and every promise of the contract is checked, money
+//! conserved among them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use checkout_testkit::{Answer, Api, Backend, Server, TestDb, new_key, postgres};
+use checkout_testkit::{
+    Answer, Api, Backend, Server, TestDb, add_shop, new_key, pay_session, postgres, session_request,
+};
 use rand::Rng;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -22,7 +25,9 @@ pub struct Plan {
     /// HTTP requests to send in the attack phase, duplicates included.
     pub requests: u64,
     pub clients: usize,
+    /// Shoppers.
     pub accounts: usize,
+    pub shops: usize,
     /// Percent of committed answers the servers cut off.
     pub cut_percent: u64,
     /// Time between two acts of chaos.
@@ -38,6 +43,7 @@ pub struct Report {
     pub requests: u64,
     pub duplicates: u64,
     pub keys: u64,
+    pub sessions: u64,
     pub payments: u64,
     pub refunds: u64,
     pub declines: u64,
@@ -45,20 +51,32 @@ pub struct Report {
     pub server_kills: u64,
     pub database_restarts: u64,
     pub final_retries: u64,
+    /// Every balance (shops' waiting credits included), and every opening entry: equal when no
+    /// money was made or lost.
+    pub money_held: i64,
+    pub money_issued: i64,
+    /// What the shops hold at the end.
+    pub shops_hold: i64,
     pub violations: Vec<String>,
 }
 
+/// What a key asks for, and who asks.
 #[derive(Clone, Debug)]
-enum Intent {
-    Payment {
-        account: usize,
-        body: Value,
-    },
-    Refund {
-        account: usize,
-        payment_id: String,
-        body: Value,
-    },
+struct Intent {
+    kind: Kind,
+    token: String,
+    path: String,
+    body: Value,
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    /// A shop makes a session for a new order.
+    Session { shop: usize },
+    /// A shopper pays a session of this shop.
+    Payment { shop: usize },
+    /// A shop refunds part of a payment it was paid.
+    Refund,
 }
 
 /// One key: what it asks, and the first definite answer a client saw for it.
@@ -73,7 +91,11 @@ struct Ledger {
     keys: HashMap<String, KeyRecord>,
     /// Keys to send again later (after no answer, or just to check the replay).
     to_retry: Vec<String>,
-    /// Acknowledged payments per account, for refunds: (payment_id, amount).
+    /// Sessions made and not handed to a payment yet, with their shop.
+    open_sessions: Vec<(String, usize)>,
+    /// Every session made, paid or not (a few payments try one already paid).
+    all_sessions: Vec<(String, usize)>,
+    /// Acknowledged payments per shop, for refunds: (payment_id, amount).
     paid: HashMap<usize, Vec<(String, i64)>>,
     violations: Vec<String>,
 }
@@ -82,6 +104,7 @@ struct Ledger {
 fn is_definite(answer: &Answer) -> bool {
     answer.status.is_success()
         || answer.status == StatusCode::PAYMENT_REQUIRED
+        || answer.status == StatusCode::GONE
         || (answer.status == StatusCode::CONFLICT && answer.code() != "idempotency_key_in_use")
 }
 
@@ -89,37 +112,23 @@ struct World {
     db: TestDb,
     servers: Vec<Mutex<Server>>,
     ports: Vec<String>,
+    /// Shoppers' tokens, then shops' secret keys.
     tokens: Vec<String>,
+    shop_keys: Vec<String>,
     http: reqwest::Client,
     server_bin: String,
     cut_percent: u64,
 }
 
 impl World {
-    fn api(&self, server: usize, account: usize) -> Api {
-        Api {
+    async fn send(&self, server: usize, key: &str, intent: &Intent) -> Option<Answer> {
+        let api = Api {
             base: format!("http://127.0.0.1:{}", self.ports[server]),
             http: self.http.clone(),
-            token: Some(self.tokens[account].clone()),
-        }
-    }
-
-    async fn send(&self, server: usize, key: &str, intent: &Intent) -> Option<Answer> {
-        let (account, path, body) = match intent {
-            Intent::Payment { account, body } => (*account, "/api/payments".to_owned(), body),
-            Intent::Refund {
-                account,
-                payment_id,
-                body,
-            } => (
-                *account,
-                format!("/api/payments/{payment_id}/refunds"),
-                body,
-            ),
+            token: Some(intent.token.clone()),
         };
-        let api = self.api(server, account);
         api.send(
-            api.post(&path, Some(key), body)
+            api.post(&intent.path, Some(key), &intent.body)
                 .timeout(Duration::from_secs(10)),
         )
         .await
@@ -161,6 +170,7 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         servers: Vec::new(),
         ports: Vec::new(),
         tokens: Vec::new(),
+        shop_keys: Vec::new(),
         http,
         server_bin: server_bin.to_owned(),
         cut_percent: plan.cut_percent,
@@ -171,9 +181,14 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         world.ports.push(port);
         world.servers.push(Mutex::new(server));
     }
-    let signup = Api::new(&format!("http://127.0.0.1:{}", world.ports[0]));
+    let base = format!("http://127.0.0.1:{}", world.ports[0]);
+    let signup = Api::new(&base);
     for _ in 0..plan.accounts {
         world.tokens.push(signup.shopper_token().await);
+    }
+    for i in 0..plan.shops {
+        let shop = add_shop(server_bin, &world.db.url, &base, &format!("Лавка {i}")).await;
+        world.shop_keys.push(shop.api.token.expect("a secret key"));
     }
     let world = Arc::new(world);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -234,8 +249,7 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
             tokio::spawn(async move {
                 while sent.load(Ordering::SeqCst) < budget || acts.load(Ordering::SeqCst) < min_acts
                 {
-                    let (key, intent, copies, is_duplicate) =
-                        next_request(&ledger, world.tokens.len());
+                    let (key, intent, copies, is_duplicate) = next_request(&ledger, &world);
                     sent.fetch_add(copies as u64, Ordering::SeqCst);
                     duplicates.fetch_add(
                         if is_duplicate {
@@ -314,26 +328,24 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
 
     // The money.
     let mut violations = std::mem::take(&mut ledger.lock().unwrap().violations);
-    let (mut payments, mut refunds, mut declines) = (0u64, 0u64, 0u64);
+    let (mut sessions, mut payments, mut refunds, mut declines) = (0u64, 0u64, 0u64, 0u64);
     for (key, answer) in &finals {
         if answer.status != StatusCode::CREATED {
             declines += 1;
             continue;
         }
         let body = answer.json();
-        let (table, column, id) = match body.get("refund_id") {
-            Some(id) => ("refunds", "refund_id", id.as_str().unwrap().to_owned()),
-            None => (
-                "payments",
-                "payment_id",
-                body["payment_id"].as_str().unwrap().to_owned(),
-            ),
-        };
-        if table == "payments" {
-            payments += 1
+        let (table, column) = if body.get("refund_id").is_some() {
+            refunds += 1;
+            ("refunds", "refund_id")
+        } else if body.get("session_id").is_some() {
+            sessions += 1;
+            ("checkout_sessions", "session_id")
         } else {
-            refunds += 1
-        }
+            payments += 1;
+            ("payments", "payment_id")
+        };
+        let id = body[column].as_str().unwrap().to_owned();
         let found = world
             .db
             .scalar(&format!(
@@ -358,8 +370,42 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
             "{refunds_in_db} refunds in the database, {refunds} keys answered with one"
         ));
     }
+    let sessions_in_db = world
+        .db
+        .scalar("SELECT COUNT(*) FROM checkout_sessions")
+        .await as u64;
+    if sessions_in_db != sessions {
+        violations.push(format!(
+            "{sessions_in_db} sessions in the database, {sessions} keys answered with one"
+        ));
+    }
     for broken in world.db.broken_invariants(true).await {
         violations.push(format!("invariant broken: {broken}"));
+    }
+    let money_held = world
+        .db
+        .scalar(
+            "SELECT CAST((SELECT COALESCE(SUM(balance), 0) FROM accounts) \
+                  + (SELECT COALESCE(SUM(amount), 0) FROM unfolded_credits) AS BIGINT)",
+        )
+        .await;
+    let money_issued = world
+        .db
+        .scalar(
+            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger WHERE kind = 'opening'",
+        )
+        .await;
+    let shops_hold = world
+        .db
+        .scalar(
+            "SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l \
+               JOIN accounts a ON a.account_id = l.account_id WHERE a.kind = 'shop'",
+        )
+        .await;
+    if money_held != money_issued {
+        violations.push(format!(
+            "money not conserved: {money_held} held, {money_issued} issued"
+        ));
     }
 
     Report {
@@ -368,6 +414,7 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         requests: sent.load(Ordering::SeqCst),
         duplicates: duplicates.load(Ordering::SeqCst),
         keys: keys.len() as u64,
+        sessions,
         payments,
         refunds,
         declines,
@@ -375,12 +422,15 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         server_kills,
         database_restarts,
         final_retries,
+        money_held,
+        money_issued,
+        shops_hold,
         violations,
     }
 }
 
-/// The next thing a client sends: a new payment, a new refund, or a key sent before.
-fn next_request(ledger: &Mutex<Ledger>, accounts: usize) -> (String, Intent, usize, bool) {
+/// The next thing a client sends: a new session, payment or refund, or a key sent before.
+fn next_request(ledger: &Mutex<Ledger>, world: &World) -> (String, Intent, usize, bool) {
     let mut rng = rand::rng();
     let mut ledger = ledger.lock().unwrap();
     // About 30 % of requests are duplicates: a fifth are retries of an earlier key, and a fifth
@@ -391,21 +441,39 @@ fn next_request(ledger: &Mutex<Ledger>, accounts: usize) -> (String, Intent, usi
         let intent = ledger.keys[&key].intent.clone();
         return (key, intent, 1, true);
     }
-    let account = rng.random_range(0..accounts);
-    let refundable = ledger.paid.get(&account).filter(|p| !p.is_empty()).cloned();
-    let intent = match refundable {
-        Some(paid) if rng.random_bool(0.3) => {
-            let (payment_id, amount) = paid[rng.random_range(0..paid.len())].clone();
-            Intent::Refund {
-                account,
-                payment_id,
-                body: json!({ "amount": rng.random_range(1..=amount.max(1) / 2 + 1) }),
-            }
+    let shop = rng.random_range(0..world.shop_keys.len());
+    let refundable = ledger.paid.get(&shop).filter(|p| !p.is_empty()).cloned();
+    let intent = if ledger.open_sessions.len() < 4 || rng.random_bool(0.3) {
+        let order = format!("ord-{}", new_key());
+        Intent {
+            kind: Kind::Session { shop },
+            token: world.shop_keys[shop].clone(),
+            path: "/api/checkout-sessions".into(),
+            body: session_request(&order, rng.random_range(100..=1_000)),
         }
-        _ => Intent::Payment {
-            account,
-            body: json!({ "order_id": format!("ord-{}", new_key()), "amount": rng.random_range(100..=1_000) }),
-        },
+    } else if let Some(paid) = refundable.filter(|_| rng.random_bool(0.25)) {
+        let (payment_id, amount) = paid[rng.random_range(0..paid.len())].clone();
+        Intent {
+            kind: Kind::Refund,
+            token: world.shop_keys[shop].clone(),
+            path: format!("/api/payments/{payment_id}/refunds"),
+            body: json!({ "amount": rng.random_range(1..=amount.max(1) / 2 + 1) }),
+        }
+    } else {
+        // Mostly a session nobody paid yet; now and then one that may be paid already.
+        let (session, shop) = if rng.random_bool(0.1) {
+            ledger.all_sessions[rng.random_range(0..ledger.all_sessions.len())].clone()
+        } else {
+            let i = rng.random_range(0..ledger.open_sessions.len());
+            ledger.open_sessions.swap_remove(i)
+        };
+        let shopper = rng.random_range(0..world.tokens.len());
+        Intent {
+            kind: Kind::Payment { shop },
+            token: world.tokens[shopper].clone(),
+            path: "/api/payments".into(),
+            body: pay_session(&session),
+        }
     };
     let key = new_key();
     ledger.keys.insert(
@@ -437,16 +505,22 @@ fn record(ledger: &Mutex<Ledger>, key: &str, answer: Option<&Answer>) -> bool {
         Some(_) => {}
         None => {
             record.first_answer = Some((answer.status, answer.body.clone()));
-            if let (Intent::Payment { account, .. }, true) =
-                (&record.intent, answer.status == StatusCode::CREATED)
-            {
+            let kind = record.intent.kind.clone();
+            if answer.status == StatusCode::CREATED {
                 let body = answer.json();
-                let paid = (
-                    body["payment_id"].as_str().unwrap().to_owned(),
-                    body["amount"].as_i64().unwrap(),
-                );
-                let account = *account;
-                ledger.paid.entry(account).or_default().push(paid);
+                let text = |field: &str| body[field].as_str().unwrap_or_default().to_owned();
+                match kind {
+                    Kind::Session { shop } => {
+                        let session = (text("session_id"), shop);
+                        ledger.open_sessions.push(session.clone());
+                        ledger.all_sessions.push(session);
+                    }
+                    Kind::Payment { shop } => {
+                        let paid = (text("payment_id"), body["amount"].as_i64().unwrap_or(0));
+                        ledger.paid.entry(shop).or_default().push(paid);
+                    }
+                    Kind::Refund => {}
+                }
             }
             // Some settled keys are sent again later: their replay must not differ.
             if rand::rng().random_bool(0.2) {
@@ -460,13 +534,15 @@ fn record(ledger: &Mutex<Ledger>, key: &str, answer: Option<&Answer>) -> bool {
 impl Report {
     pub fn summary(&self) -> String {
         format!(
-            "{} × {} server(s): {} requests ({} duplicates) over {} keys; {} payments, {} refunds, {} declines; \
-             {} requests got no answer; {} server kills, {} database restarts; {} final retries; violations: {}",
+            "{} × {} server(s): {} requests ({} duplicates) over {} keys; {} sessions, {} payments, {} refunds, {} declines; \
+             {} requests got no answer; {} server kills, {} database restarts; {} final retries; \
+             money held {} of {} issued (shops {}); violations: {}",
             self.backend,
             self.servers,
             self.requests,
             self.duplicates,
             self.keys,
+            self.sessions,
             self.payments,
             self.refunds,
             self.declines,
@@ -474,6 +550,9 @@ impl Report {
             self.server_kills,
             self.database_restarts,
             self.final_retries,
+            self.money_held,
+            self.money_issued,
+            self.shops_hold,
             self.violations.len()
         )
     }

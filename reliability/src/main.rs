@@ -40,6 +40,7 @@ async fn main() -> std::process::ExitCode {
             requests: args.requests,
             clients: args.clients,
             accounts: 50,
+            shops: 5,
             cut_percent: 5,
             chaos_every: Duration::from_millis(args.chaos_every_ms),
             min_chaos_acts: args.min_chaos_acts,
@@ -68,24 +69,32 @@ async fn main() -> std::process::ExitCode {
 fn markdown(args: &Args, reports: &[(Report, Duration)]) -> String {
     let mut md = String::new();
     writeln!(md, "# Reliability\n").unwrap();
-    writeln!(md, "Written by `scripts/campaign` (the `checkout-campaign` command). A population of {} clients sends payments and refunds, about 30 % of them duplicates (two concurrent copies of a new request, or a retry of an earlier key), to servers that cut 5 % of their answers right after the commit. Every {} ms something dies: a server is SIGKILLed and restarted on its port, or (every third time, on PostgreSQL) the database is stopped with `pg_ctl stop -m immediate` and started again. PostgreSQL runs with its durable defaults. Afterwards every key is retried until it has a definite answer, and the campaign checks: every acknowledged payment and refund exists exactly once; no key moved money twice; balance == sum(ledger) for every account, never negative; refunds never exceed their payment; the stored replay of every key equals what the client first saw.\n", args.clients, args.chaos_every_ms).unwrap();
-    writeln!(md, "| database | servers | requests | duplicates | keys | payments | refunds | declines | no answer | server kills | database restarts | violations | time |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(md, "Written by `scripts/campaign` (the `checkout-campaign` command). A population of {} clients acts as 5 shops (added with `checkout-server shop add`) and 50 shoppers: shops make checkout sessions and refund payments, shoppers pay sessions (now and then one already paid), about 30 % of the requests duplicates (two concurrent copies of a new request, or a retry of an earlier key), to servers that cut 5 % of their answers right after the commit. Every {} ms something dies: a server is SIGKILLed and restarted on its port, or (every third time, on PostgreSQL) the database is stopped with `pg_ctl stop -m immediate` and started again. PostgreSQL runs with its durable defaults. Afterwards every key is retried until it has a definite answer, and the campaign checks: every acknowledged session, payment and refund exists exactly once; no key moved money twice; at most one payment per session; every transfer is two ledger rows summing to zero; balance (with a shop's waiting credits) == sum(ledger) for every account, never negative; the money held by all accounts equals the money issued (conservation); refunds never exceed their payment; the stored replay of every key equals what the client first saw.\n", args.clients, args.chaos_every_ms).unwrap();
+    writeln!(md, "| database | servers | requests | duplicates | keys | sessions | payments | refunds | declines | no answer | server kills | database restarts | money held / issued (kopecks) | shops hold | violations | time |").unwrap();
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    .unwrap();
     for (r, took) in reports {
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {:.0} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | **{}** | {:.0} s |",
             r.backend,
             r.servers,
             r.requests,
             r.duplicates,
             r.keys,
+            r.sessions,
             r.payments,
             r.refunds,
             r.declines,
             r.no_answer,
             r.server_kills,
             r.database_restarts,
+            r.money_held,
+            r.money_issued,
+            r.shops_hold,
             r.violations.len(),
             took.as_secs_f64()
         )

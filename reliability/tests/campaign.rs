@@ -14,6 +14,7 @@ async fn bounded(backend: Backend, servers: usize) {
         requests: 400,
         clients: 8,
         accounts: 6,
+        shops: 3,
         cut_percent: 5,
         chaos_every: Duration::from_millis(300),
         min_chaos_acts: 4,
@@ -32,7 +33,13 @@ async fn bounded(backend: Backend, servers: usize) {
             report.summary()
         );
     }
-    assert!(report.duplicates > 0 && report.payments > 0);
+    assert!(report.duplicates > 0 && report.payments > 0 && report.refunds > 0);
+    assert_eq!(report.money_held, report.money_issued, "money conserved");
+    assert!(
+        report.shops_hold > 0,
+        "the shops were paid: {}",
+        report.summary()
+    );
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use checkout_testkit::{Backend, OPENING_BALANCE, Server, TestDb, new_key, payment, wait_until};
+use checkout_testkit::{Backend, OPENING_BALANCE, Server, TestDb, new_key, wait_until};
 use reqwest::StatusCode;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
@@ -18,17 +18,23 @@ async fn sigterm_lets_an_in_flight_payment_finish() {
         )
         .await;
         let shopper = server.api().shopper().await;
+        let body = server
+            .add_shop("Лавка")
+            .await
+            .checkout("ord-term", 700)
+            .await;
+        let held_before = held(&server);
         let key = new_key();
         let in_flight = tokio::spawn({
-            let (shopper, key) = (shopper.clone(), key.clone());
-            async move { shopper.pay(&key, &payment("ord-term", 700)).await }
+            let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
+            async move { shopper.pay(&key, &body).await }
         });
         // SIGTERM once the payment is inside its transaction (its key row is not committed yet,
         // so the only sign is the fault's own log line).
         wait_until(
             "the payment never reached its commit",
             Duration::from_secs(20),
-            || async { server.log().contains("holding the transaction open") },
+            || async { held(&server) > held_before },
         )
         .await;
         let status = tokio::task::spawn_blocking(move || {
@@ -45,10 +51,7 @@ async fn sigterm_lets_an_in_flight_payment_finish() {
         );
         assert!(status.success(), "{backend:?}: exit {status:?}");
         let restarted = Server::start(SERVER, &db).await;
-        let again = shopper
-            .on(&restarted)
-            .pay(&key, &payment("ord-term", 700))
-            .await;
+        let again = shopper.on(&restarted).pay(&key, &body).await;
         assert!(again.replayed());
         assert_eq!(again.body, answer.body);
         assert_eq!(
@@ -76,7 +79,13 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
         )
         .await;
         let shopper = server.api().shopper().await;
-        let (key, body) = (new_key(), payment("ord-slow", 900));
+        let body = server
+            .add_shop("Лавка")
+            .await
+            .checkout("ord-slow", 900)
+            .await;
+        let held_before = held(&server);
+        let key = new_key();
         let original = tokio::spawn({
             let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
             async move { shopper.pay(&key, &body).await }
@@ -86,7 +95,7 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
         wait_until(
             "the payment never reached its commit",
             Duration::from_secs(20),
-            || async { server.log().contains("holding the transaction open") },
+            || async { held(&server) > held_before },
         )
         .await;
         let started = std::time::Instant::now();
@@ -120,4 +129,9 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
         assert_eq!(shopper.balance().await, OPENING_BALANCE - 900);
         db.assert_invariants().await;
     }
+}
+
+/// Transactions the fault has held open before their COMMIT so far (the shop's session is one).
+fn held(server: &Server) -> usize {
+    server.log().matches("holding the transaction open").count()
 }
