@@ -58,6 +58,8 @@ scenario!(
 
 async fn double_click_pays_once(c: Checkout) -> Checkout {
     c.open().await;
+    c.wait_for_text(".shop-name", "Продавец: Кофейня «Зерно»")
+        .await;
     let key = c.payment_key().await;
     c.click("button.pay", 2).await;
     c.assert_paid_once().await;

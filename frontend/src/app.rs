@@ -462,6 +462,7 @@ fn OrderSummary(widget: Widget) -> impl IntoView {
     view! {
         <header class="card-header">
             <h1 id="checkout-title">"Оформление заказа"</h1>
+            {move || order().shop_name.map(|name| view! { <p class="shop-name">"Продавец: "{name}</p> })}
             <p class="order-id">"Заказ № "<span class="order-number">{move || order().order_id}</span></p>
         </header>
         <ul class="items">

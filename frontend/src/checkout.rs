@@ -34,6 +34,9 @@ pub struct Order {
     /// Empty until the shop's session has been fetched: nothing can be paid before.
     #[serde(default)]
     pub checkout_session_id: String,
+    /// Who is paid, as the session names it: the shopper sees it before paying.
+    #[serde(default)]
+    pub shop_name: Option<String>,
     pub order_id: String,
     pub items: Vec<Item>,
     pub currency: String,
@@ -57,6 +60,7 @@ impl Order {
     pub fn of_session(session: &CheckoutSession) -> Order {
         Order {
             checkout_session_id: session.session_id.clone(),
+            shop_name: session.shop.as_ref().map(|shop| shop.name.clone()),
             order_id: session.order_id.clone(),
             items: session
                 .items
@@ -157,6 +161,7 @@ impl Checkout {
         );
         let order = Order {
             checkout_session_id: String::new(),
+            shop_name: None,
             order_id,
             items: demo_cart(purchase),
             currency: "RUB".into(),
@@ -382,6 +387,7 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
     let items = items.unwrap_or_else(|| demo_cart(purchase));
     let order = Order {
         checkout_session_id: session.unwrap_or_default(),
+        shop_name: None,
         order_id,
         items,
         currency: "RUB".into(),
