@@ -20,7 +20,8 @@ scenario!(
 );
 scenario!(
     an_unreadable_state_whose_payment_never_arrived_waits_for_a_click,
-    "delay_before_commit_ms=1500",
+    // Long enough for the reload to land before the commit even on a busy machine.
+    "delay_before_commit_ms=4000",
     [Sqlite]
 );
 scenario!(

@@ -47,6 +47,15 @@ pub async fn demo_checkout_session(cart: u32) -> Result<CheckoutSession, Failure
     }
 }
 
+/// A checkout session's public view: what the shop asks to be paid.
+pub async fn checkout_session(session_id: &str) -> Result<CheckoutSession, Failure> {
+    let path = format!(
+        "/api/checkout-sessions/{}",
+        js_sys::encode_uri_component(session_id)
+    );
+    fetch_json(Request::get(&path)).await
+}
+
 pub async fn account(token: &str) -> Result<Account, Failure> {
     fetch_json(Request::get("/api/account").header("Authorization", &bearer(token))).await
 }

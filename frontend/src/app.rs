@@ -2,7 +2,8 @@
 //! [`crate::intent`] to signals, `sessionStorage`, the other tabs and the network. Every change
 //! of state is saved, and told to the other tabs, before anything is sent.
 
-use std::cell::RefCell;
+use leptos::prelude::LocalStorage;
+use leptos::wasm_bindgen::JsCast;
 
 use checkout_shared::{DemoSession, ErrorCode, Payment, PaymentDetails, Problem, format_rub};
 use leptos::prelude::*;
@@ -18,13 +19,61 @@ use crate::{api, messages, storage, tabs};
 /// told (nothing is lost: the intent stays pending).
 const FINDING_OUT_TRIES: u32 = 12;
 
+/// Mounts a widget for every `<div data-checkout-session="cs_…">` of the page; without one,
+/// the page is the stand-alone demo checkout.
 pub fn start() {
-    leptos::mount::mount_to_body(App);
+    let hosts = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.query_selector_all("[data-checkout-session]").ok());
+    let hosts: Vec<web_sys::HtmlElement> = hosts
+        .map(|list| {
+            (0..list.length())
+                .filter_map(|i| list.item(i)?.dyn_into().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if hosts.is_empty() {
+        leptos::mount::mount_to_body(|| view! { <App mode=Mode::DemoPage /> });
+        return;
+    }
+    for host in hosts {
+        if let Some(session_id) = host.get_attribute("data-checkout-session") {
+            mount(host, session_id);
+        }
+    }
 }
 
-thread_local! {
-    /// The other tabs of this origin (see [`tabs`]).
-    static CHANNEL: RefCell<Option<tabs::Channel>> = const { RefCell::new(None) };
+/// A widget for checkout session `session_id` inside `host`, which gets `checkout:paid` and
+/// `checkout:declined` events (with the receipt or the problem as `detail`).
+pub fn mount(host: web_sys::HtmlElement, session_id: String) {
+    let mode = Mode::Embedded {
+        session_id,
+        host: host.clone(),
+    };
+    leptos::mount::mount_to(host, move || view! { <App mode=mode.clone() /> }).forget();
+}
+
+/// Where a widget's order comes from, and who hears how it ended.
+#[derive(Clone)]
+pub enum Mode {
+    /// The stand-alone demo page: the demo shop's carts in turn, and «Новая покупка».
+    DemoPage,
+    /// Put into a shop's page for one session; the host element is told the outcome.
+    Embedded {
+        session_id: String,
+        host: web_sys::HtmlElement,
+    },
+}
+
+impl Mode {
+    /// Where the state lives in `sessionStorage`, and the name of the channel the tabs of it
+    /// share: one per session, so that two widgets in a tab never share an intent.
+    fn state_key(&self) -> String {
+        match self {
+            Mode::DemoPage => storage::STATE.to_owned(),
+            Mode::Embedded { session_id, .. } => format!("{}.{session_id}", storage::STATE),
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -57,6 +106,9 @@ enum Which {
 
 #[derive(Clone, Copy)]
 struct Widget {
+    mode: StoredValue<Mode, LocalStorage>,
+    /// The other tabs showing this intent (see [`tabs`]).
+    channel: StoredValue<Option<tabs::Channel>, LocalStorage>,
     checkout: RwSignal<Checkout>,
     session: RwSignal<Option<DemoSession>>,
     balance: RwSignal<Option<i64>>,
@@ -69,13 +121,14 @@ struct Widget {
 fn change<R>(widget: Widget, f: impl FnOnce(&mut Checkout) -> R) -> Option<R> {
     let result = widget.checkout.try_update(f);
     let text = widget.checkout.with_untracked(checkout::write_saved);
-    if !storage::write(storage::STATE, &text) {
+    let key = widget.mode.with_value(Mode::state_key);
+    if !storage::write(&key, &text) {
         widget
             .checkout
             .update(|c| c.notice = Some(messages::STATE_NOT_SAVED.into()));
     }
-    CHANNEL.with(|channel| {
-        if let Some(channel) = &*channel.borrow() {
+    widget.channel.with_value(|channel| {
+        if let Some(channel) = channel {
             channel.publish(&text);
         }
     });
@@ -92,7 +145,7 @@ fn from_another_tab(widget: Widget, text: &str) {
         .with_untracked(|ours| ours.payment.key == theirs.payment.key);
     if same {
         widget.checkout.set(theirs);
-        storage::write(storage::STATE, text);
+        storage::write(&widget.mode.with_value(Mode::state_key), text);
     }
 }
 
@@ -367,7 +420,11 @@ impl Widget {
                 .then_some(c.purchase)
         });
         let Some(purchase) = wanted else { return };
-        match api::demo_checkout_session(purchase).await {
+        let fetched = match self.mode.get_value() {
+            Mode::DemoPage => api::demo_checkout_session(purchase).await,
+            Mode::Embedded { session_id, .. } => api::checkout_session(&session_id).await,
+        };
+        match fetched {
             Ok(session) => {
                 change(self, |c| c.adopt_session(&session));
             }
@@ -379,25 +436,38 @@ impl Widget {
 }
 
 #[component]
-pub fn App() -> impl IntoView {
+fn App(mode: Mode) -> impl IntoView {
     let now = now_ms();
-    let saved = storage::read(storage::STATE);
+    let state_key = mode.state_key();
+    let saved = storage::read(&state_key);
     let restored = checkout::restore(saved.as_deref(), seed(), now);
     if restored.keep_aside
         && let Some(text) = &saved
     {
         storage::keep_aside(text, now);
     }
+    let mut initial = restored.checkout;
+    if matches!(mode, Mode::Embedded { .. }) && !initial.payment.request.is_fetched() {
+        // Nothing to show but the shop's own order, once it arrives.
+        initial.payment.request.items.clear();
+        initial.payment.request.order_id.clear();
+    }
+    let channel_name = state_key.clone();
     let widget = Widget {
-        checkout: RwSignal::new(restored.checkout),
+        mode: StoredValue::new_local(mode),
+        channel: StoredValue::new_local(None),
+        checkout: RwSignal::new(initial),
         session: RwSignal::new(storage::load(storage::SESSION)),
         balance: RwSignal::new(None),
         session_error: RwSignal::new(None),
         elsewhere: RwSignal::new(None),
     };
-    CHANNEL.with(|channel| {
-        *channel.borrow_mut() = tabs::Channel::join(move |text| from_another_tab(widget, &text));
-    });
+    widget
+        .channel
+        .set_value(tabs::Channel::join(&channel_name, move |text| {
+            from_another_tab(widget, &text)
+        }));
+    tell_the_host(widget);
     // The intent (and its key) is saved the moment it exists.
     change(widget, |_| ());
 
@@ -432,8 +502,7 @@ pub fn App() -> impl IntoView {
     });
 
     let notice = move || widget.checkout.with(|c| c.notice.clone());
-    view! {
-        <main class="page">
+    let card = view! {
             <section class="card" aria-labelledby="checkout-title">
                 {move || notice().map(|text| view! { <p class="notice" role="alert">{text}</p> })}
                 <OrderSummary widget />
@@ -451,8 +520,16 @@ pub fn App() -> impl IntoView {
                     }}
                 </footer>
             </section>
-            <p class="note">"Демонстрация: деньги ненастоящие. Обновите страницу или нажмите дважды — оплата пройдёт один раз."</p>
-        </main>
+    };
+    match widget.mode.get_value() {
+        Mode::Embedded { .. } => card.into_any(),
+        Mode::DemoPage => view! {
+            <main class="page">
+                {card}
+                <p class="note">"Демонстрация: деньги ненастоящие. Обновите страницу или нажмите дважды — оплата пройдёт один раз."</p>
+            </main>
+        }
+        .into_any(),
     }
 }
 
@@ -544,8 +621,43 @@ fn Outcome(widget: Widget) -> impl IntoView {
                 }.into_any()
             }
         }}
-        <button class="secondary new-purchase" type="button" on:click=new_purchase>"Новая покупка"</button>
+        {widget.mode.with_value(|mode| matches!(mode, Mode::DemoPage)).then(|| view! {
+            <button class="secondary new-purchase" type="button" on:click=new_purchase>"Новая покупка"</button>
+        })}
     }
+}
+
+/// Tells an embedding page how the payment ended, once per outcome and page: `checkout:paid`
+/// with the receipt, `checkout:declined` with the problem, bubbling up from the host element.
+fn tell_the_host(widget: Widget) {
+    let Mode::Embedded { host, .. } = widget.mode.get_value() else {
+        return;
+    };
+    let told = StoredValue::new(None::<&'static str>);
+    Effect::new(move |_| {
+        let event = widget.checkout.with(|c| match &c.payment.phase {
+            Phase::Succeeded { receipt } => Some(("checkout:paid", serde_json::to_string(receipt))),
+            Phase::Declined { problem } => {
+                Some(("checkout:declined", serde_json::to_string(problem)))
+            }
+            _ => None,
+        });
+        let Some((name, Ok(detail))) = event else {
+            return;
+        };
+        if told.get_value() == Some(name) {
+            return;
+        }
+        told.set_value(Some(name));
+        let init = web_sys::CustomEventInit::new();
+        init.set_bubbles(true);
+        init.set_detail(
+            &js_sys::JSON::parse(&detail).unwrap_or(leptos::wasm_bindgen::JsValue::NULL),
+        );
+        if let Ok(event) = web_sys::CustomEvent::new_with_event_init_dict(name, &init) {
+            let _ = host.dispatch_event(&event);
+        }
+    });
 }
 
 #[component]

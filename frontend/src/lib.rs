@@ -23,3 +23,11 @@ mod tabs;
 
 #[cfg(target_arch = "wasm32")]
 pub use app::start;
+
+/// For a shop's page: `import init, { mount } from "…/checkout-frontend.js"; await init();
+/// mount(element, "cs_…")`. (A `<div data-checkout-session="cs_…">` is mounted on its own.)
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen(js_name = mount)]
+pub fn mount(host: web_sys::HtmlElement, session_id: String) {
+    app::mount(host, session_id);
+}

@@ -12,16 +12,14 @@ use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-const CHANNEL: &str = "checkout";
-
-/// The channel the tabs of this origin talk on.
+/// The channel the tabs of this origin talk on about one intent (its widget's state key).
 pub struct Channel(web_sys::BroadcastChannel);
 
 impl Channel {
     /// Joins the channel; `on_state` gets every state another tab publishes. `None` where the
     /// browser has no BroadcastChannel (the tabs then simply do not hear each other).
-    pub fn join(on_state: impl Fn(String) + 'static) -> Option<Channel> {
-        let channel = web_sys::BroadcastChannel::new(CHANNEL).ok()?;
+    pub fn join(name: &str, on_state: impl Fn(String) + 'static) -> Option<Channel> {
+        let channel = web_sys::BroadcastChannel::new(name).ok()?;
         let listener =
             Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
                 if let Some(text) = event.data().as_string() {

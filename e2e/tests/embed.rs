@@ -1,0 +1,144 @@
+//! The widget in a shop's page: the page adds one script and one element per checkout session;
+//! each widget keeps its own intent (its state is stored under its session), and the page hears
+//! how each payment ended from a `checkout:paid` event on that element.
+
+#[allow(unused_macros)]
+#[macro_use]
+mod browser;
+
+use std::path::Path;
+
+use browser::Checkout;
+use checkout_testkit::{Backend, wait_until};
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_widgets_for_two_sessions_on_one_page_pay_independently() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let site = tempfile::tempdir().unwrap();
+        let static_dir = site.path().display().to_string();
+        let c = Checkout::start(backend, "", &[("CHECKOUT_STATIC_DIR", &static_dir)]).await;
+        let shop = c.server.add_shop("Книжная лавка").await;
+        let (first, second) = (
+            shop.session("ORD-A", 30_000).await,
+            shop.session("ORD-B", 12_000).await,
+        );
+        shop_page(site.path(), &first, &second);
+
+        let page = format!("{}/shop.html", c.server.base);
+        c.browser.goto(&page).await.unwrap();
+        c.wait_for_text("#a .total-amount", "300,00").await;
+        c.wait_for_text("#b .total-amount", "120,00").await;
+        c.wait_for_text("#a .shop-name", "Книжная лавка").await;
+        c.wait_for("#a button.pay:not([disabled])").await;
+        c.click("#a button.pay", 2).await;
+        let paid_a = c.wait_for_text("#a .payment-id", "pay_").await;
+        assert_eq!(
+            c.count("#b .payment-id").await,
+            0,
+            "the other widget did not pay"
+        );
+        c.wait_for("#b button.pay:not([disabled])").await;
+        c.click("#b button.pay", 1).await;
+        let paid_b = c.wait_for_text("#b .payment-id", "pay_").await;
+        assert_ne!(paid_a, paid_b);
+        c.screenshot("seen-two-widgets-in-a-shop-page").await;
+
+        // The page heard each payment once, from its own element, with the receipt.
+        let events = wait_for_events(&c, 2).await;
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[0]["name"], "checkout:paid");
+        assert_eq!(events[0]["host"], "a");
+        assert_eq!(events[0]["payment_id"], paid_a.as_str());
+        assert_eq!(events[1]["host"], "b");
+        assert_eq!(events[1]["payment_id"], paid_b.as_str());
+
+        // Each intent is stored under its own session.
+        for session in [&first, &second] {
+            let saved = c
+                .js(&format!(
+                    "return sessionStorage.getItem('checkout.state.{session}');"
+                ))
+                .await;
+            assert!(saved.as_str().is_some_and(|s| s.contains(session.as_str())));
+        }
+
+        // After a refresh both receipts are back, nothing is sent again.
+        c.browser.refresh().await.unwrap();
+        assert_eq!(c.wait_for_text("#a .payment-id", "pay_").await, paid_a);
+        assert_eq!(c.wait_for_text("#b .payment-id", "pay_").await, paid_b);
+        assert_eq!(
+            c.payments_in_db().await,
+            2,
+            "{backend:?}: each session paid once"
+        );
+        assert_eq!(shop.balance().await, 42_000);
+        c.db.assert_invariants().await;
+        let _ = c.browser.close().await;
+    }
+}
+
+/// What the page's listener has heard so far, once it has heard `n` events.
+async fn wait_for_events(c: &Checkout, n: usize) -> Vec<Value> {
+    let heard = || async {
+        c.js("return window.checkoutEvents.length;")
+            .await
+            .as_u64()
+            .unwrap_or(0) as usize
+            >= n
+    };
+    wait_until("the page never heard its events", browser::WAIT, heard).await;
+    c.js("return window.checkoutEvents;")
+        .await
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A shop's page with two widgets, served beside the widget's build: one external module script
+/// (the checkout's strict policy allows no inline script of the shop) and one element each.
+fn shop_page(dir: &Path, first: &str, second: &str) {
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist");
+    let mut widget_js = String::new();
+    let mut css = String::new();
+    let mut wasm = String::new();
+    for entry in std::fs::read_dir(&dist).expect("the widget's build (scripts/test makes it)") {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".js") {
+            widget_js = name.clone();
+        } else if name.ends_with(".wasm") {
+            wasm = name.clone();
+        } else if name.ends_with(".css") {
+            css = name.clone();
+        }
+        std::fs::copy(&path, dir.join(&name)).unwrap();
+    }
+    std::fs::write(
+        dir.join("shop.html"),
+        format!(
+            r#"<!doctype html>
+<html lang="ru"><head><meta charset="utf-8"><title>Книжная лавка</title>
+<link rel="stylesheet" href="/{css}"><script type="module" src="/shop.js"></script></head>
+<body><h1>Ваш заказ</h1>
+<div id="a" data-checkout-session="{first}"></div>
+<div id="b" data-checkout-session="{second}"></div>
+</body></html>"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("shop.js"),
+        format!(
+            r#"import init from "/{widget_js}";
+window.checkoutEvents = [];
+for (const name of ["checkout:paid", "checkout:declined"]) {{
+  document.addEventListener(name, (event) => window.checkoutEvents.push(
+    {{ name, host: event.target.id, payment_id: event.detail && event.detail.payment_id }}));
+}}
+await init({{ module_or_path: "/{wasm}" }});
+"#
+        ),
+    )
+    .unwrap();
+}
