@@ -62,12 +62,20 @@ impl<S: Send + Sync> FromRequestParts<S> for PaymentIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(id)) if ids::is_id("pay_", &id) => Ok(PaymentIdPath(id)),
-            _ => Err(ApiError::NotFound(
+        match id_in_path(parts, state, "pay_").await {
+            Some(id) => Ok(PaymentIdPath(id)),
+            None => Err(ApiError::NotFound(
                 "there is no such payment on this account".into(),
             )),
         }
+    }
+}
+
+/// The one path parameter, if it is an id of this kind (`prefix`).
+async fn id_in_path<S: Send + Sync>(parts: &mut Parts, state: &S, prefix: &str) -> Option<String> {
+    match Path::<String>::from_request_parts(parts, state).await {
+        Ok(Path(id)) if ids::is_id(prefix, &id) => Some(id),
+        _ => None,
     }
 }
 
@@ -78,10 +86,10 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(id)) if ids::is_id("cs_", &id) => Ok(SessionIdPath(id)),
-            _ => Err(not_a_session()),
-        }
+        id_in_path(parts, state, "cs_")
+            .await
+            .map(SessionIdPath)
+            .ok_or_else(not_a_session)
     }
 }
 

@@ -39,12 +39,7 @@ pub async fn demo_checkout_session(cart: u32) -> Result<CheckoutSession, Failure
     let request = Request::post("/api/demo/checkout-session")
         .json(&DemoCart { cart })
         .map_err(|_| Failure::Unavailable)?;
-    let response = request.send().await.map_err(|_| Failure::Unavailable)?;
-    match response.status() {
-        200..=299 => response.json().await.map_err(|_| Failure::Unavailable),
-        404 => Err(Failure::NotFound),
-        _ => Err(Failure::Unavailable),
-    }
+    json_of(request.send().await).await
 }
 
 /// A checkout session's public view: what the shop asks to be paid.
@@ -96,7 +91,14 @@ fn bearer(token: &str) -> String {
 async fn fetch_json<T: DeserializeOwned>(
     request: gloo_net::http::RequestBuilder,
 ) -> Result<T, Failure> {
-    let response = request.send().await.map_err(|_| Failure::Unavailable)?;
+    json_of(request.send().await).await
+}
+
+/// What an unkeyed call's answer says: `2xx` with `T`, or why not.
+async fn json_of<T: DeserializeOwned>(
+    sent: Result<Response, gloo_net::Error>,
+) -> Result<T, Failure> {
+    let response = sent.map_err(|_| Failure::Unavailable)?;
     match response.status() {
         200..=299 => response.json().await.map_err(|_| Failure::Unavailable),
         401 => Err(Failure::Unauthorized),

@@ -415,10 +415,9 @@ impl Widget {
 
     /// The shop's checkout session for this purchase, fetched once and kept with the intent.
     async fn fetch_cart(self) {
-        let wanted = self.checkout.with_untracked(|c| {
-            (!c.payment.request.is_fetched() && c.payment.phase == Phase::Created)
-                .then_some(c.purchase)
-        });
+        let wanted = self
+            .checkout
+            .with_untracked(|c| c.awaits_session().then_some(c.purchase));
         let Some(purchase) = wanted else { return };
         let fetched = match self.mode.get_value() {
             Mode::DemoPage => api::demo_checkout_session(purchase).await,

@@ -176,10 +176,15 @@ impl Checkout {
         }
     }
 
+    /// Nothing sent yet, and no session: the shop's session is still to be fetched.
+    pub fn awaits_session(&self) -> bool {
+        !self.payment.request.is_fetched() && self.payment.phase == Phase::Created
+    }
+
     /// The shop's session for this purchase, taken while nothing has been sent: the key stays,
     /// the order becomes the session's. `false` if the intent has a session already.
     pub fn adopt_session(&mut self, session: &CheckoutSession) -> bool {
-        if self.payment.request.is_fetched() || self.payment.phase != Phase::Created {
+        if !self.awaits_session() {
             return false;
         }
         self.payment.request = Order::of_session(session);
