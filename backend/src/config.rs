@@ -109,6 +109,30 @@ pub struct Config {
     /// written, for the demo shop's own process. Readable by the owner only.
     #[arg(long = "demo-shop-file", env = "CHECKOUT_DEMO_SHOP_FILE")]
     pub demo_shop_file: Option<PathBuf>,
+
+    /// Demo mode: where the demo shop receives its webhooks (its process's `/webhooks/checkout`).
+    #[arg(long = "demo-shop-webhook-url", env = "CHECKOUT_DEMO_SHOP_WEBHOOK_URL")]
+    pub demo_shop_webhook_url: Option<url::Url>,
+
+    /// Webhooks: how long one delivery attempt may take.
+    #[arg(long = "webhook-timeout-ms", env = "CHECKOUT_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_timeout_ms: u64,
+
+    /// Webhooks: the pause after the first failed attempt (then ×3 each time, up to 4 h).
+    #[arg(long = "webhook-first-retry-ms", env = "CHECKOUT_WEBHOOK_FIRST_RETRY_MS",
+          default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_first_retry_ms: u64,
+
+    /// Webhooks: attempts before an event is marked dead (13 from 5 s: about a day).
+    #[arg(long = "webhook-attempts", env = "CHECKOUT_WEBHOOK_ATTEMPTS", default_value_t = 13,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub webhook_attempts: u32,
+
+    /// Webhooks: how often each instance looks for due events.
+    #[arg(long = "webhook-poll-ms", env = "CHECKOUT_WEBHOOK_POLL_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_poll_ms: u64,
 }
 
 impl Config {
@@ -131,6 +155,16 @@ impl Config {
 
     pub fn session_ttl(&self) -> Duration {
         Duration::from_secs(self.session_ttl_secs)
+    }
+
+    pub fn delivery(&self) -> crate::delivery::DeliverySettings {
+        crate::delivery::DeliverySettings {
+            timeout: Duration::from_millis(self.webhook_timeout_ms),
+            first_retry: Duration::from_millis(self.webhook_first_retry_ms),
+            attempts: self.webhook_attempts,
+            poll: Duration::from_millis(self.webhook_poll_ms),
+            ..Default::default()
+        }
     }
 
     /// How the server opens its store: holding a SQLite file exclusively.

@@ -79,6 +79,20 @@ async fn id_in_path<S: Send + Sync>(parts: &mut Parts, state: &S, prefix: &str) 
     }
 }
 
+/// `{event_id}` in the path. Anything that is not an event's id is not found.
+pub struct EventIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for EventIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        id_in_path(parts, state, "evt_")
+            .await
+            .map(EventIdPath)
+            .ok_or_else(|| ApiError::NotFound("there is no such event for this shop".into()))
+    }
+}
+
 /// `{session_id}` in the path. Anything that is not a checkout session's id is not found.
 pub struct SessionIdPath(pub String);
 

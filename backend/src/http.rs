@@ -9,9 +9,13 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use base64::Engine;
-use checkout_shared::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};
+use checkout_shared::{
+    ErrorCode, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
+    PROBLEM_CONTENT_TYPE, Problem,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tower_http::cors::{Any, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::ServeDir;
@@ -20,7 +24,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::error::{ApiError, problem_response};
-use crate::{AppState, accounts, demo, keys, payments, refunds, sessions};
+use crate::{AppState, accounts, demo, events, keys, payments, refunds, sessions};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Longer than any transaction should take; a request cut here rolls back, and its retry
@@ -42,6 +46,9 @@ pub fn router(
         .route("/api/payments/{payment_id}", get(payments::get))
         .route("/api/payments/{payment_id}/refunds", post(refunds::create))
         .route("/api/idempotency-keys/{key}", get(keys::status))
+        .route("/api/events", get(events::list))
+        .route("/api/events/{event_id}", get(events::get))
+        .route("/api/events/{event_id}/redelivery", post(events::redeliver))
         .route("/api/account", get(accounts::get))
         .route("/api/demo/session", post(demo::create_shopper))
         .route(
@@ -89,13 +96,38 @@ pub fn router(
                 // One line per request, with its status, latency and idempotency outcome.
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(cross_origin());
     // Outermost, so that every answer has them, the framework's own errors included.
     security_headers(static_dir)
         .into_iter()
         .fold(api, |api, (name, value)| {
             api.layer(SetResponseHeaderLayer::overriding(name, value))
         })
+}
+
+/// The widget runs in shops' pages, on their origins: its script, its WebAssembly and the API
+/// it calls are open to every origin. Credentials are bearer tokens the page holds, never
+/// cookies, so no origin gains anything it could not do with the token itself.
+fn cross_origin() -> CorsLayer {
+    let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).expect("a header name");
+    CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            name(IDEMPOTENCY_KEY_HEADER),
+        ])
+        .expose_headers([
+            header::RETRY_AFTER,
+            header::LOCATION,
+            header::DATE,
+            name(IDEMPOTENT_REPLAYED_HEADER),
+            name(IDEMPOTENCY_KEY_EXPIRES_HEADER),
+            name("x-request-id"),
+        ])
+        .max_age(Duration::from_secs(600))
 }
 
 /// `GET /healthz`: `200` when the database answers.

@@ -18,8 +18,10 @@ pub mod accounts;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod demo;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod http;
 pub mod ids;
@@ -50,6 +52,8 @@ pub struct AppState {
     pub demo: bool,
     /// How long a new checkout session can be paid.
     pub session_ttl: Duration,
+    /// Wakes this instance's webhook delivery (an event was written or asked for again).
+    pub deliveries: Arc<tokio::sync::Notify>,
 }
 
 /// What a test or benchmark build adds to the server. The shipped binary runs with the
@@ -84,24 +88,33 @@ pub enum StartError {
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
 pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
-    let store = Store::connect(&config.database_url, config.store_settings())
-        .await
-        .map_err(|source| StartError::Database {
-            url: config.database_url_redacted(),
-            source,
-        })?;
+    // The address first: the database's connections take local ports too, and must not take
+    // the one this server was given.
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
         .map_err(|source| StartError::Listen {
             addr: config.addr,
             source,
         })?;
+    let store = Store::connect(&config.database_url, config.store_settings())
+        .await
+        .map_err(|source| StartError::Database {
+            url: config.database_url_redacted(),
+            source,
+        })?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
 
     if config.demo {
-        demo::provision_shop(&store, config.demo_shop_file.as_deref(), None).await?;
+        demo::provision_shop(
+            &store,
+            config.demo_shop_file.as_deref(),
+            config.demo_shop_webhook_url.as_ref().map(|u| u.as_str()),
+        )
+        .await?;
     }
     let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
+    let deliveries = Arc::new(tokio::sync::Notify::new());
+    let delivery = delivery::spawn(store.clone(), config.delivery(), deliveries.clone());
     let mut protocol = Protocol::new(config.key_ttl()).with_lock_timeout(config.lock_timeout());
     if let Some(hooks) = seams.hooks {
         protocol = protocol.with_hooks(hooks);
@@ -112,6 +125,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         principals: Arc::default(),
         demo: config.demo,
         session_ttl: config.session_ttl(),
+        deliveries,
     };
     let router = http::router(app, &config.static_dir, seams.routes, seams.wrap);
 
@@ -125,6 +139,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         .await
         .map_err(StartError::Serve)?;
     sweeper.abort();
+    delivery.abort();
     tracing::info!("stopped");
     Ok(())
 }

@@ -16,6 +16,7 @@ use crate::AppState;
 use crate::accounts::Principal;
 use crate::clock;
 use crate::error::ApiError;
+use crate::events;
 use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
 use crate::ids;
 use crate::keyed::{self, Asked};
@@ -134,15 +135,23 @@ impl Operation<Tx> for Charge {
         }
         tx.credit_unfolded(&payment_id, &session.shop_account_id, session.amount)
             .await?;
-        Ok(Decision::Respond(keyed::created(&Payment {
+        let payment = Payment {
             payment_id,
             checkout_session_id: Some(self.checkout_session_id.clone()),
             order_id: session.order_id,
             amount: session.amount,
             currency: session.currency,
             status: PaymentStatus::Succeeded,
-            balance: Some(balance),
+            balance: None,
             created_at: clock::rfc3339(claim.now_ms),
+        };
+        // The shop hears of it from the outbox, in this transaction: even if the shopper's tab
+        // is gone before this answer arrives.
+        events::payment_succeeded(tx, &session.shop_account_id, &payment, claim.now_ms).await?;
+        // The shopper's balance is the shopper's: in this answer, never in the shop's event.
+        Ok(Decision::Respond(keyed::created(&Payment {
+            balance: Some(balance),
+            ..payment
         })))
     }
 }

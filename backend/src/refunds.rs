@@ -13,11 +13,12 @@ use crate::AppState;
 use crate::accounts::Principal;
 use crate::clock;
 use crate::error::ApiError;
+use crate::events;
 use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
 use crate::ids;
 use crate::keyed::{self, Asked};
 use crate::payments::not_found;
-use crate::store::{EntryKind, LedgerEntry, NewRefund, Tx};
+use crate::store::{EntryKind, LedgerEntry, NewRefund, Refunded, Tx};
 
 /// A validated refund request.
 #[derive(Debug)]
@@ -55,8 +56,12 @@ impl Operation<Tx> for RefundOrder {
     async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
         let shop = claim.scope.as_str();
         // Never more than remains of the payment.
-        let Some((refunded_total, shopper)) =
-            tx.add_refunded(shop, &self.payment_id, self.amount).await?
+        let Some(Refunded {
+            refunded_total,
+            shopper_account_id: shopper,
+            order_id,
+            currency,
+        }) = tx.add_refunded(shop, &self.payment_id, self.amount).await?
         else {
             // Not stored: an unknown payment is the caller's mistake, not an outcome.
             let payment = tx
@@ -122,13 +127,19 @@ impl Operation<Tx> for RefundOrder {
             })
             .await?;
         }
-        Ok(Decision::Respond(keyed::created(&Refund {
+        let refund = Refund {
             refund_id,
             payment_id: self.payment_id.clone(),
             amount: self.amount,
             refunded_total,
-            balance: Some(balance),
+            balance: None,
             created_at: clock::rfc3339(claim.now_ms),
+        };
+        // The shop hears of it too, from the outbox, even if this answer is lost.
+        events::refund_succeeded(tx, shop, &refund, &order_id, &currency, claim.now_ms).await?;
+        Ok(Decision::Respond(keyed::created(&Refund {
+            balance: Some(balance),
+            ..refund
         })))
     }
 }

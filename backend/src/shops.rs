@@ -101,8 +101,8 @@ pub async fn add(
     Ok(created)
 }
 
-/// The shop with this id, made if missing, with a fresh secret key (the old one stops working):
-/// for a shop whose key is handed over at every start (the demo shop).
+/// The shop with this id, made if missing, with a fresh secret key (the old one stops working)
+/// and this webhook URL: for a shop whose key is handed over at every start (the demo shop).
 pub async fn ensure_with_new_key(
     store: &Store,
     shop_id: &str,
@@ -120,6 +120,8 @@ pub async fn ensure_with_new_key(
             Box::pin(async move {
                 if let Some(shop) = tx.shop(&shop_id).await? {
                     tx.set_token_hash(&shop.account_id, &hash).await?;
+                    // Its endpoint follows the setting, start after start.
+                    tx.set_webhook_url(&shop_id, webhook_url.as_deref()).await?;
                     return Ok((shop_id, shop.signing_secret));
                 }
                 let now = clock::now_ms();

@@ -1,5 +1,6 @@
-//! The background task that deletes expired idempotency keys, in small batches. Ledger,
-//! payments and refunds are never swept.
+//! The background task that deletes expired idempotency keys, in small batches, and closes
+//! checkout sessions that lapsed unpaid (telling their shops). Ledger, payments and refunds are
+//! never swept.
 
 use std::time::Duration;
 
@@ -24,8 +25,26 @@ pub fn spawn(store: Store, key_ttl: Duration, every: Duration) -> JoinHandle<()>
                 Ok(deleted) => tracing::info!(deleted, "swept expired idempotency keys"),
                 Err(error) => tracing::warn!(%error, "sweeping expired keys failed; will retry"),
             }
+            match expire_sessions(&store).await {
+                Ok(0) => {}
+                Ok(expired) => tracing::info!(expired, "checkout sessions lapsed unpaid"),
+                Err(error) => tracing::warn!(%error, "expiring sessions failed; will retry"),
+            }
         }
     })
+}
+
+/// Closes every session that lapsed unpaid, one batch per transaction; returns how many.
+pub async fn expire_sessions(store: &Store) -> Result<usize, StoreError> {
+    let mut total = 0;
+    loop {
+        let expired = crate::events::expire_sessions(store, now_ms(), BATCH).await?;
+        total += expired;
+        if expired < BATCH as usize {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Deletes every key created before `created_before_ms`, one batch per transaction, yielding

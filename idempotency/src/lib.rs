@@ -227,7 +227,7 @@ pub trait Hooks: Send + Sync + 'static {
     }
 
     /// After the answer is stored, before `COMMIT`: may delay, or abort (everything rolls back).
-    fn before_commit(&self) -> HookFuture {
+    fn before_commit(&self, _scope: &str, _key: &str) -> HookFuture {
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -563,7 +563,12 @@ where
 
         // 4. The answer is stored with the key…
         tx.complete(claim, &response).await?;
-        if self.hooks.before_commit().await.is_err() {
+        if self
+            .hooks
+            .before_commit(&claim.scope, &claim.key)
+            .await
+            .is_err()
+        {
             return Ok(Finish::Rollback(Step::Aborted));
         }
         // 5. …and all of it commits at once.

@@ -181,3 +181,45 @@ pub struct KeyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
 }
+
+/// An event to a shop, as its webhook body (Standard Webhooks): the `webhook-id` header carries
+/// its id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventBody {
+    /// `payment.succeeded`, `refund.succeeded` or `checkout_session.expired`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// RFC 3339, UTC: when the change happened.
+    pub timestamp: String,
+    /// The payment, the refund (with its `order_id`), or the session.
+    pub data: serde_json::Value,
+}
+
+/// One event as `GET /api/events` lists it for its shop: the body, and how its delivery goes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventView {
+    pub event_id: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub created_at: String,
+    /// `pending`, `delivered` or `dead`.
+    pub status: String,
+    pub attempts: i64,
+    /// While pending: when the next attempt is due (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<String>,
+    pub body: EventBody,
+}
+
+/// `GET /api/events`: newest first; `next_page` continues with `?starting_after=` it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventList {
+    pub events: Vec<EventView>,
+    pub has_more: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_page: Option<String>,
+}

@@ -10,12 +10,14 @@ pub mod problem;
 
 pub use api::{
     Account, CheckoutSession, CheckoutSessionStatus, CreateCheckoutSession, CreatePayment,
-    CreateRefund, DemoCart, DemoSession, KeyState, KeyStatus, LineItem, Payment, PaymentDetails,
-    PaymentStatus, Refund, ShopView,
+    CreateRefund, DemoCart, DemoSession, EventBody, EventList, EventView, KeyState, KeyStatus,
+    LineItem, Payment, PaymentDetails, PaymentStatus, Refund, ShopView,
 };
 pub use key::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
     IdempotencyKey, KeyError,
 };
-pub use money::{MAX_AMOUNT, format_rub, validate_amount, validate_currency, validate_order_id};
+pub use money::{
+    MAX_AMOUNT, format_rub, parse_rub, validate_amount, validate_currency, validate_order_id,
+};
 pub use problem::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};

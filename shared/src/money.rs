@@ -53,9 +53,56 @@ pub fn format_rub(kopecks: i64) -> String {
     format!("{sign}{grouped},{:02}{NBSP}₽", abs % 100)
 }
 
+/// Roubles as a person types them («450», «450,5», «1 234,56», «12.30», with or without «₽»)
+/// in kopecks; `None` for anything else, a negative amount or more than two decimals.
+pub fn parse_rub(text: &str) -> Option<i64> {
+    let cleaned: String = text
+        .trim()
+        .trim_end_matches('₽')
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '\u{a0}' | '\u{202f}'))
+        .collect();
+    let (whole, fraction) = match cleaned.split_once([',', '.']) {
+        Some((_, "")) => return None,
+        Some((whole, fraction)) => (whole, fraction),
+        None => (cleaned.as_str(), ""),
+    };
+    let digits = |s: &str| !s.is_empty() && s.len() <= 15 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || fraction.len() > 2 || !(fraction.is_empty() || digits(fraction)) {
+        return None;
+    }
+    let kopecks = format!("{fraction:0<2}").parse::<i64>().ok()?;
+    whole
+        .parse::<i64>()
+        .ok()?
+        .checked_mul(100)?
+        .checked_add(kopecks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_roubles_as_typed() {
+        assert_eq!(parse_rub("450"), Some(45_000));
+        assert_eq!(parse_rub("450,5"), Some(45_050));
+        assert_eq!(parse_rub(" 1\u{a0}234,56 ₽"), Some(123_456));
+        assert_eq!(parse_rub("12.30"), Some(1_230));
+        assert_eq!(parse_rub(&format_rub(98_765)), Some(98_765));
+        for bad in [
+            "",
+            "-5",
+            "1,234",
+            "abc",
+            "1,",
+            ",5",
+            "1e3",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_rub(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn formats_roubles_the_russian_way() {

@@ -207,6 +207,81 @@ impl ShopRow {
     }
 }
 
+/// An event in the outbox, as stored.
+#[derive(Clone, Debug)]
+pub struct EventRow {
+    pub event_id: String,
+    pub seq: i64,
+    pub shop_account_id: String,
+    pub event_type: String,
+    pub subject_id: String,
+    /// The JSON body, exactly as it is sent and signed.
+    pub body: String,
+    pub created_at: i64,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<i64>,
+}
+
+impl EventRow {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(EventRow {
+            event_id: row.text("event_id")?,
+            seq: row.int("seq")?,
+            shop_account_id: row.text("shop_account_id")?,
+            event_type: row.text("type")?,
+            subject_id: row.text("subject_id")?,
+            body: row.text("body")?,
+            created_at: row.int("created_at")?,
+            status: row.text("status")?,
+            attempts: row.int("attempts")?,
+            next_attempt_at: row.int("next_attempt_at")?,
+            last_error: row.opt_text("last_error")?,
+            delivered_at: row.opt_int("delivered_at")?,
+        })
+    }
+}
+
+/// A session that lapsed unpaid, as the shop hears of it.
+#[derive(Clone, Debug)]
+pub struct ExpiredSession {
+    pub session_id: String,
+    pub shop_account_id: String,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub expires_at: i64,
+}
+
+/// A payment after a refund was added to it.
+#[derive(Clone, Debug)]
+pub struct Refunded {
+    pub refunded_total: i64,
+    pub shopper_account_id: String,
+    pub order_id: String,
+    pub currency: String,
+}
+
+/// How one delivery attempt of an event ended.
+#[derive(Clone, Debug)]
+pub enum EventSettled {
+    Delivered { at_ms: i64 },
+    RetryAt { at_ms: i64, error: String },
+    Dead { error: String },
+}
+
+/// An event to write in the transaction of the change it tells of.
+pub struct NewEvent<'a> {
+    pub event_id: &'a str,
+    pub shop_account_id: &'a str,
+    pub event_type: &'a str,
+    pub subject_id: &'a str,
+    pub body: &'a str,
+    pub created_at: i64,
+}
+
 #[derive(Clone, Debug)]
 pub struct SessionRow {
     pub session_id: String,
@@ -482,6 +557,132 @@ impl Store {
         Ok(())
     }
 
+    pub async fn shop_of_account(&self, account_id: &str) -> Result<Option<ShopRow>, StoreError> {
+        let rows = self
+            .read(
+                sql::SHOP_OF_ACCOUNT,
+                &[Arg::Text(account_id)],
+                ShopRow::read,
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Leases up to `limit` due events to this worker until `lease_until_ms`, in a short
+    /// transaction of its own.
+    pub async fn claim_due_events(
+        &self,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        self.write(move |tx| {
+            Box::pin(async move {
+                let statement = tx.spelled(&sqlite::CLAIM_DUE_EVENTS, &postgres::CLAIM_DUE_EVENTS);
+                let mut events = tx
+                    .fetch_all(
+                        statement,
+                        &[Arg::Int(now_ms), Arg::Int(lease_until_ms), Arg::Int(limit)],
+                        EventRow::read,
+                    )
+                    .await?;
+                events.sort_by_key(|e| e.seq);
+                Ok(events)
+            })
+        })
+        .await
+    }
+
+    /// Records how a delivery attempt ended: delivered, to be retried at `retry_at`, or dead.
+    pub async fn settle_event(
+        &self,
+        event_id: &str,
+        settled: EventSettled,
+    ) -> Result<(), StoreError> {
+        let event_id = event_id.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                match settled {
+                    EventSettled::Delivered { at_ms } => {
+                        tx.execute(
+                            sql::EVENT_DELIVERED,
+                            &[Arg::Text(&event_id), Arg::Int(at_ms)],
+                        )
+                        .await?
+                    }
+                    EventSettled::RetryAt { at_ms, error } => {
+                        tx.execute(
+                            sql::EVENT_RETRY_AT,
+                            &[Arg::Text(&event_id), Arg::Int(at_ms), Arg::Text(&error)],
+                        )
+                        .await?
+                    }
+                    EventSettled::Dead { error } => {
+                        tx.execute(sql::EVENT_DEAD, &[Arg::Text(&event_id), Arg::Text(&error)])
+                            .await?
+                    }
+                };
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// A shop's events, newest first, before `before_seq`.
+    pub async fn shop_events(
+        &self,
+        shop_account_id: &str,
+        before_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        self.read(
+            sql::SHOP_EVENTS,
+            &[
+                Arg::Text(shop_account_id),
+                Arg::Int(before_seq),
+                Arg::Int(limit),
+            ],
+            EventRow::read,
+        )
+        .await
+    }
+
+    pub async fn shop_event(
+        &self,
+        shop_account_id: &str,
+        event_id: &str,
+    ) -> Result<Option<EventRow>, StoreError> {
+        let rows = self
+            .read(
+                sql::SHOP_EVENT,
+                &[Arg::Text(event_id), Arg::Text(shop_account_id)],
+                EventRow::read,
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Puts one of the shop's events back in the queue, due now, with a fresh schedule.
+    pub async fn redeliver_event(
+        &self,
+        shop_account_id: &str,
+        event_id: &str,
+        now_ms: i64,
+    ) -> Result<Option<EventRow>, StoreError> {
+        let (shop, event) = (shop_account_id.to_owned(), event_id.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.fetch_optional(
+                    sql::REDELIVER_EVENT,
+                    &[Arg::Text(&event), Arg::Text(&shop), Arg::Int(now_ms)],
+                    EventRow::read,
+                )
+                .await
+            })
+        })
+        .await
+    }
+
     /// Deletes at most `batch` keys created before `created_before_ms`, in a transaction of its
     /// own (short, so that SQLite's one writer is never held for long); returns how many.
     pub async fn sweep_expired_keys(
@@ -717,6 +918,19 @@ impl Tx {
         .map(|_| ())
     }
 
+    pub async fn set_webhook_url(
+        &mut self,
+        shop_id: &str,
+        webhook_url: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            sql::SET_WEBHOOK_URL,
+            &[Arg::Text(shop_id), Arg::OptText(webhook_url)],
+        )
+        .await
+        .map(|_| ())
+    }
+
     pub async fn insert_shop(&mut self, shop: &ShopRow, now_ms: i64) -> Result<(), StoreError> {
         self.execute(
             sql::INSERT_SHOP,
@@ -945,14 +1159,14 @@ impl Tx {
         .await
     }
 
-    /// The payment's new refunded total and its shopper, or `None` when `amount` exceeds what
-    /// remains (or the payment is not this shop's).
+    /// The payment's new refunded total, its shopper, order and currency, or `None` when
+    /// `amount` exceeds what remains (or the payment is not this shop's).
     pub async fn add_refunded(
         &mut self,
         shop_account_id: &str,
         payment_id: &str,
         amount: i64,
-    ) -> Result<Option<(i64, String)>, StoreError> {
+    ) -> Result<Option<Refunded>, StoreError> {
         self.fetch_optional(
             sql::ADD_REFUNDED,
             &[
@@ -960,7 +1174,14 @@ impl Tx {
                 Arg::Text(shop_account_id),
                 Arg::Int(amount),
             ],
-            |row| Ok((row.int("refunded")?, row.text("shopper_account_id")?)),
+            |row| {
+                Ok(Refunded {
+                    refunded_total: row.int("refunded")?,
+                    shopper_account_id: row.text("shopper_account_id")?,
+                    order_id: row.text("order_id")?,
+                    currency: row.text("currency")?,
+                })
+            },
         )
         .await
     }
@@ -977,6 +1198,47 @@ impl Tx {
                 Arg::Text(payment_id),
                 Arg::Text(shop_account_id),
                 Arg::Int(amount),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Marks up to `batch` sessions that lapsed unpaid before `now_ms` as expired.
+    pub async fn expire_sessions(
+        &mut self,
+        now_ms: i64,
+        batch: i64,
+    ) -> Result<Vec<ExpiredSession>, StoreError> {
+        self.fetch_all(
+            sql::EXPIRE_SESSIONS,
+            &[Arg::Int(now_ms), Arg::Int(batch)],
+            |row| {
+                Ok(ExpiredSession {
+                    session_id: row.text("session_id")?,
+                    shop_account_id: row.text("shop_account_id")?,
+                    order_id: row.text("order_id")?,
+                    amount: row.int("amount")?,
+                    currency: row.text("currency")?,
+                    expires_at: row.int("expires_at")?,
+                })
+            },
+        )
+        .await
+    }
+
+    /// Writes an event into the outbox, in this transaction: it commits with the change.
+    pub async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<(), StoreError> {
+        let statement = self.spelled(sqlite::INSERT_EVENT, postgres::INSERT_EVENT);
+        self.execute(
+            statement,
+            &[
+                Arg::Text(event.event_id),
+                Arg::Text(event.shop_account_id),
+                Arg::Text(event.event_type),
+                Arg::Text(event.subject_id),
+                Arg::Text(event.body),
+                Arg::Int(event.created_at),
             ],
         )
         .await

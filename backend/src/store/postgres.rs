@@ -40,6 +40,23 @@ pub const FOLD_CREDITS: &str = "\
     UPDATE accounts SET balance = balance + COALESCE((SELECT SUM(amount) FROM folded), 0) \
      WHERE account_id = $1 RETURNING balance";
 
+pub const INSERT_EVENT: &str = "\
+    INSERT INTO webhook_events \
+           (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status) \
+    VALUES ($1, $2, $3, $4, $5, $6, $6, \
+            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
+                 THEN 'no_endpoint' ELSE 'pending' END)";
+
+/// Instances share the outbox: each claims only rows no other holds (`SKIP LOCKED`), so no
+/// event is sent by two at once; the lease then keeps it theirs until it is settled.
+pub static CLAIM_DUE_EVENTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} FOR UPDATE SKIP LOCKED{}",
+        sql::CLAIM_DUE_EVENTS_HEAD,
+        sql::CLAIM_DUE_EVENTS_TAIL
+    )
+});
+
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pub pool: PgPool,

@@ -55,6 +55,8 @@ pub const INSERT_SHOP: &str = "\
     INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6)";
 
+pub const SET_WEBHOOK_URL: &str = "UPDATE shops SET webhook_url = $2 WHERE shop_id = $1";
+
 pub const SHOP: &str = "\
     SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE shop_id = $1";
 
@@ -127,7 +129,7 @@ pub const PAYMENT_OF_SHOP: &str = "\
 pub const ADD_REFUNDED: &str = "\
     UPDATE payments SET refunded = refunded + $3 \
      WHERE payment_id = $1 AND shop_account_id = $2 AND refunded + $3 <= amount \
-    RETURNING refunded, shopper_account_id";
+    RETURNING refunded, shopper_account_id, order_id, currency";
 
 /// Undoes [`ADD_REFUNDED`] inside the same transaction when the shop cannot fund the refund.
 pub const UNDO_REFUNDED: &str = "\
@@ -150,3 +152,71 @@ pub const PAYMENT_WITH_REFUNDS: &str = "\
      ORDER BY r.refunded_total_after";
 
 pub const PING: &str = "SELECT CAST(1 AS BIGINT) AS one";
+
+// -- events to the shops (the outbox) ---------------------------------------------------------
+
+/// The events due now, oldest first, leased to this worker until $2 (their attempt counted):
+/// pending, not leased by another, for a shop with a webhook URL, and with no earlier event of
+/// their subject still pending (a refund's event never overtakes its payment's). Databases
+/// append their own locking to the inner SELECT.
+pub const CLAIM_DUE_EVENTS_HEAD: &str = "\
+    UPDATE webhook_events SET locked_until = $2, attempts = attempts + 1 \
+     WHERE event_id IN (SELECT ev.event_id FROM webhook_events ev \
+             WHERE ev.status = 'pending' AND ev.next_attempt_at <= $1 \
+               AND (ev.locked_until IS NULL OR ev.locked_until < $1) \
+               AND EXISTS (SELECT 1 FROM shops s \
+                            WHERE s.account_id = ev.shop_account_id AND s.webhook_url IS NOT NULL) \
+               AND NOT EXISTS (SELECT 1 FROM webhook_events p \
+                                WHERE p.subject_id = ev.subject_id AND p.seq < ev.seq \
+                                  AND p.status = 'pending') \
+             ORDER BY ev.seq LIMIT $3";
+pub const CLAIM_DUE_EVENTS_TAIL: &str = ") RETURNING event_id, seq, shop_account_id, type, subject_id, \
+    body, created_at, status, attempts, next_attempt_at, last_error, delivered_at";
+
+pub const SHOP_OF_ACCOUNT: &str = "\
+    SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE account_id = $1";
+
+pub const EVENT_DELIVERED: &str = "\
+    UPDATE webhook_events SET status = 'delivered', delivered_at = $2, locked_until = NULL, \
+           last_error = NULL \
+     WHERE event_id = $1 AND status = 'pending'";
+
+pub const EVENT_RETRY_AT: &str = "\
+    UPDATE webhook_events SET next_attempt_at = $2, locked_until = NULL, last_error = $3 \
+     WHERE event_id = $1 AND status = 'pending'";
+
+pub const EVENT_DEAD: &str = "\
+    UPDATE webhook_events SET status = 'dead', locked_until = NULL, last_error = $2 \
+     WHERE event_id = $1 AND status = 'pending'";
+
+/// A shop's events, newest first, before `seq` $2, at most $3.
+pub const SHOP_EVENTS: &str = "\
+    SELECT event_id, seq, shop_account_id, type, subject_id, body, created_at, \
+           status, attempts, next_attempt_at, last_error, delivered_at \
+      FROM webhook_events WHERE shop_account_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+
+pub const SHOP_EVENT: &str = "\
+    SELECT event_id, seq, shop_account_id, type, subject_id, body, created_at, \
+           status, attempts, next_attempt_at, last_error, delivered_at \
+      FROM webhook_events WHERE event_id = $1 AND shop_account_id = $2";
+
+/// A shop asks for an event again: pending now, with a fresh schedule.
+pub const REDELIVER_EVENT: &str = "\
+    UPDATE webhook_events SET status = 'pending', attempts = 0, next_attempt_at = $3, \
+           locked_until = NULL, last_error = NULL \
+     WHERE event_id = $1 AND shop_account_id = $2 \
+    RETURNING event_id, seq, shop_account_id, type, subject_id, body, created_at, \
+           status, attempts, next_attempt_at, last_error, delivered_at";
+
+/// Events still to be delivered, and how old the oldest is.
+pub const OUTBOX_DEPTH: &str = "\
+    SELECT COUNT(*) AS depth, COALESCE(MIN(created_at), 0) AS oldest \
+      FROM webhook_events WHERE status = 'pending'";
+
+/// One bounded batch of sessions that lapsed unpaid ($2 at most) become `expired`; the caller
+/// writes each one's event in the same transaction.
+pub const EXPIRE_SESSIONS: &str = "\
+    UPDATE checkout_sessions SET status = 'expired' \
+     WHERE session_id IN (SELECT session_id FROM checkout_sessions \
+                           WHERE status = 'open' AND expires_at < $1 ORDER BY expires_at LIMIT $2) \
+    RETURNING session_id, shop_account_id, order_id, amount, currency, expires_at";

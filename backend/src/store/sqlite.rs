@@ -49,6 +49,25 @@ pub const FOLD_CREDITS: &str = "\
      WHERE account_id = $1 RETURNING balance";
 pub const DELETE_FOLDED: &str = "DELETE FROM unfolded_credits WHERE account_id = $1";
 
+/// An event into the outbox; its place in the delivery order is the next number, safely under
+/// SQLite's one writer.
+pub const INSERT_EVENT: &str = "\
+    INSERT INTO webhook_events \
+           (event_id, seq, shop_account_id, type, subject_id, body, created_at, next_attempt_at, \
+            status) \
+    VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM webhook_events), $2, $3, $4, $5, $6, $6, \
+            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
+                 THEN 'no_endpoint' ELSE 'pending' END)";
+
+/// One writer: nothing else can claim the same events meanwhile.
+pub static CLAIM_DUE_EVENTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{}{}",
+        sql::CLAIM_DUE_EVENTS_HEAD,
+        sql::CLAIM_DUE_EVENTS_TAIL
+    )
+});
+
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: Sender<Box<dyn Job>>,

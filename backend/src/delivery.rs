@@ -1,0 +1,221 @@
+//! Delivery of the outbox: a worker in every server instance sends due events to their shops'
+//! webhook URLs, per Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`:
+//! HMAC-SHA256 with the shop's signing secret). At least once: an event is marked delivered only
+//! after the shop's `2xx`, so a crash in between sends it again, with the same `webhook-id`.
+//!
+//! Instances share the work through the database: each claims due events under a lease
+//! (`SKIP LOCKED` on PostgreSQL), so none is sent by two at once. Events of one payment go out
+//! in order (the claim skips an event while an earlier one of its subject is pending). Sends run
+//! side by side, each bounded by a timeout, so a slow or dead shop only delays its own events;
+//! nothing here touches the money path, which only ever inserts a row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use checkout_idempotency::now_ms;
+use tokio::sync::Notify;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::store::{EventRow, EventSettled, Store};
+
+#[derive(Clone, Debug)]
+pub struct DeliverySettings {
+    /// One attempt's bound: no answer within it is a failed attempt.
+    pub timeout: Duration,
+    /// The pause after the first failed attempt; each next one is three times longer, capped
+    /// at [`MAX_PAUSE`], with up to a quarter more at random.
+    pub first_retry: Duration,
+    /// Attempts in all before the event is marked dead (13 with a 5 s start: about 24 h).
+    pub attempts: u32,
+    /// How often to look for due events when nothing wakes the worker sooner.
+    pub poll: Duration,
+    /// Sends in flight at once, per instance.
+    pub in_flight: usize,
+}
+
+pub const MAX_PAUSE: Duration = Duration::from_secs(4 * 3600);
+
+impl Default for DeliverySettings {
+    fn default() -> Self {
+        DeliverySettings {
+            timeout: Duration::from_secs(10),
+            first_retry: Duration::from_secs(5),
+            attempts: 13,
+            poll: Duration::from_millis(500),
+            in_flight: 16,
+        }
+    }
+}
+
+/// How one attempt ended.
+enum Sent {
+    Delivered,
+    Failed(String),
+}
+
+/// Starts the worker; `wake` makes it look for due events at once (after a payment, a refund or
+/// a redelivery request).
+pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let client = match reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+        {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(%error, "webhook delivery cannot start");
+                return;
+            }
+        };
+        let mut sending = JoinSet::new();
+        loop {
+            let free = settings.in_flight.saturating_sub(sending.len());
+            let mut full_batch = false;
+            if free > 0 {
+                match claim(&store, &settings, free).await {
+                    Ok(events) => {
+                        full_batch = events.len() == free;
+                        for event in events {
+                            let (store, client, settings) =
+                                (store.clone(), client.clone(), settings.clone());
+                            sending.spawn(async move {
+                                deliver(&store, &client, &settings, event).await;
+                            });
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "claiming due webhook events failed"),
+                }
+            }
+            if full_batch {
+                // More may be due: look again as soon as a slot frees.
+                sending.join_next().await;
+                continue;
+            }
+            tokio::select! {
+                Some(_) = sending.join_next(), if !sending.is_empty() => {}
+                () = wake.notified() => {}
+                () = tokio::time::sleep(settings.poll) => {}
+            }
+        }
+    })
+}
+
+async fn claim(
+    store: &Store,
+    settings: &DeliverySettings,
+    limit: usize,
+) -> Result<Vec<EventRow>, crate::store::StoreError> {
+    let now = now_ms();
+    // The lease outlasts one attempt, so no other instance takes the event while it is sent.
+    let lease = now + millis(settings.timeout) + 5_000;
+    store.claim_due_events(now, lease, limit as i64).await
+}
+
+/// One attempt, then its outcome recorded: delivered, retried later, or dead.
+async fn deliver(
+    store: &Store,
+    client: &reqwest::Client,
+    settings: &DeliverySettings,
+    event: EventRow,
+) {
+    let sent = send(store, client, &event).await;
+    let settled = match sent {
+        Sent::Delivered => {
+            tracing::info!(event = %event.event_id, attempts = event.attempts, "webhook delivered");
+            EventSettled::Delivered { at_ms: now_ms() }
+        }
+        Sent::Failed(error) if event.attempts >= i64::from(settings.attempts) => {
+            tracing::warn!(event = %event.event_id, attempts = event.attempts, %error, "webhook event is dead");
+            EventSettled::Dead { error }
+        }
+        Sent::Failed(error) => {
+            let pause = pause_after(settings, event.attempts);
+            tracing::info!(event = %event.event_id, attempts = event.attempts, %error, ?pause, "webhook attempt failed; will retry");
+            EventSettled::RetryAt {
+                at_ms: now_ms() + millis(pause),
+                error,
+            }
+        }
+    };
+    if let Err(error) = store.settle_event(&event.event_id, settled).await {
+        // The lease lapses and the event is sent again: at least once, never lost.
+        tracing::warn!(event = %event.event_id, %error, "recording a webhook attempt failed");
+    }
+}
+
+async fn send(store: &Store, client: &reqwest::Client, event: &EventRow) -> Sent {
+    let shop = match store.shop_of_account(&event.shop_account_id).await {
+        Ok(Some(shop)) => shop,
+        Ok(None) => return Sent::Failed("no such shop".into()),
+        Err(error) => return Sent::Failed(format!("reading the shop: {error}")),
+    };
+    let Some(url) = shop.webhook_url else {
+        return Sent::Failed("the shop has no webhook URL".into());
+    };
+    let timestamp = now_ms() / 1000;
+    let signature = match standardwebhooks::Webhook::new(&shop.signing_secret)
+        .and_then(|hook| hook.sign(&event.event_id, timestamp, event.body.as_bytes()))
+    {
+        Ok(signature) => signature,
+        Err(error) => return Sent::Failed(format!("signing: {error}")),
+    };
+    let answer = client
+        .post(&url)
+        .header("webhook-id", &event.event_id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .header("content-type", "application/json")
+        .body(event.body.clone())
+        .send()
+        .await;
+    match answer {
+        Ok(response) if response.status().is_success() => Sent::Delivered,
+        Ok(response) => Sent::Failed(format!("the shop answered {}", response.status())),
+        Err(error) if error.is_timeout() => Sent::Failed("no answer within the timeout".into()),
+        Err(error) => Sent::Failed(format!("could not reach the shop: {error}")),
+    }
+}
+
+/// The pause after `attempts` failed attempts: capped exponential, with jitter.
+pub fn pause_after(settings: &DeliverySettings, attempts: i64) -> Duration {
+    let exponent = u32::try_from(attempts.saturating_sub(1).clamp(0, 20)).unwrap_or(20);
+    let base = settings
+        .first_retry
+        .saturating_mul(3u32.saturating_pow(exponent))
+        .min(MAX_PAUSE);
+    let random = (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 4000.0;
+    base + base.mul_f64(random)
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_grow_threefold_with_jitter_up_to_the_cap() {
+        let settings = DeliverySettings::default();
+        let first = pause_after(&settings, 1);
+        assert!(first >= Duration::from_secs(5) && first <= Duration::from_millis(6_250));
+        let third = pause_after(&settings, 3);
+        assert!(third >= Duration::from_secs(45) && third <= Duration::from_millis(56_250));
+        assert!(pause_after(&settings, 40) <= MAX_PAUSE.mul_f64(1.25));
+        // The default schedule spans about a day before the event is dead.
+        let total: Duration = (1..i64::from(settings.attempts))
+            .map(|n| {
+                settings
+                    .first_retry
+                    .saturating_mul(3u32.pow(n as u32 - 1))
+                    .min(MAX_PAUSE)
+            })
+            .sum();
+        assert!(
+            total > Duration::from_secs(20 * 3600) && total < Duration::from_secs(30 * 3600),
+            "{total:?}"
+        );
+    }
+}
