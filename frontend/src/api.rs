@@ -6,14 +6,31 @@ use std::time::Duration;
 
 use checkout_shared::{
     Account, CheckoutSession, DemoCart, DemoSession, IDEMPOTENCY_KEY_EXPIRES_HEADER,
-    IDEMPOTENCY_KEY_HEADER, KeyState, KeyStatus, PaymentDetails,
+    IDEMPOTENCY_KEY_HEADER, KeyState, Payment, PaymentDetails, PaymentStatus, Refund,
 };
 use futures::future::{Either, select};
 use gloo_net::http::{Request, Response};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::intent::{Attempt, Lookup};
+use crate::json;
+
+#[wasm_bindgen::prelude::wasm_bindgen(
+    inline_js = "export function widget_origin() { return new URL(import.meta.url).origin; }"
+)]
+extern "C" {
+    /// The origin the widget's own script came from: the checkout server, whatever page the
+    /// widget was put into (or, under `trunk serve`, the dev server that proxies `/api`).
+    fn widget_origin() -> String;
+}
+
+/// `path` on the checkout server.
+fn url(path: &str) -> String {
+    thread_local! {
+        static ORIGIN: String = widget_origin();
+    }
+    ORIGIN.with(|origin| format!("{origin}{path}"))
+}
 
 /// How long one attempt may take before it counts as lost and is resent.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -30,14 +47,15 @@ pub enum Failure {
 }
 
 pub async fn demo_session() -> Result<DemoSession, Failure> {
-    fetch_json(Request::post("/api/demo/session")).await
+    fetch_json(Request::post(&url("/api/demo/session"))).await
 }
 
 /// The demo shop's cart `cart` as a checkout session, made by the server (the page names a
 /// cart, never an amount).
 pub async fn demo_checkout_session(cart: u32) -> Result<CheckoutSession, Failure> {
-    let request = Request::post("/api/demo/checkout-session")
-        .json(&DemoCart { cart })
+    let request = Request::post(&url("/api/demo/checkout-session"))
+        .header("Content-Type", "application/json")
+        .body(json::to_string(&DemoCart { cart }).unwrap_or_default())
         .map_err(|_| Failure::Unavailable)?;
     json_of(request.send().await).await
 }
@@ -48,16 +66,49 @@ pub async fn checkout_session(session_id: &str) -> Result<CheckoutSession, Failu
         "/api/checkout-sessions/{}",
         js_sys::encode_uri_component(session_id)
     );
-    fetch_json(Request::get(&path)).await
+    fetch_json(Request::get(&url(&path))).await
 }
 
 pub async fn account(token: &str) -> Result<Account, Failure> {
-    fetch_json(Request::get("/api/account").header("Authorization", &bearer(token))).await
+    fetch_json(Request::get(&url("/api/account")).header("Authorization", &bearer(token))).await
 }
 
 pub async fn payment(token: &str, payment_id: &str) -> Result<PaymentDetails, Failure> {
     let path = format!("/api/payments/{}", js_sys::encode_uri_component(payment_id));
-    fetch_json(Request::get(&path).header("Authorization", &bearer(token))).await
+    let wire: PaymentDetailsWire =
+        fetch_json(Request::get(&url(&path)).header("Authorization", &bearer(token))).await?;
+    Ok(PaymentDetails {
+        payment: Payment {
+            payment_id: wire.payment_id,
+            checkout_session_id: wire.checkout_session_id,
+            order_id: wire.order_id,
+            amount: wire.amount,
+            currency: wire.currency,
+            status: wire.status,
+            balance: wire.balance,
+            created_at: wire.created_at,
+        },
+        refunded_total: wire.refunded_total,
+        refunds: wire.refunds,
+    })
+}
+
+/// [`PaymentDetails`] as the wire has it, read field by field: its `#[serde(flatten)]` makes
+/// serde buffer every field first, which cost the widget tens of kilobytes of code.
+#[derive(serde::Deserialize)]
+struct PaymentDetailsWire {
+    payment_id: String,
+    #[serde(default)]
+    checkout_session_id: Option<String>,
+    order_id: String,
+    amount: i64,
+    currency: String,
+    status: PaymentStatus,
+    #[serde(default)]
+    balance: Option<i64>,
+    created_at: String,
+    refunded_total: i64,
+    refunds: Vec<Refund>,
 }
 
 /// What the server says of one of this shopper's keys.
@@ -66,21 +117,40 @@ pub async fn key_status(token: &str, key: &str) -> Result<Lookup, Failure> {
         "/api/idempotency-keys/{}",
         js_sys::encode_uri_component(key)
     );
-    let status: KeyStatus =
-        match fetch_json(Request::get(&path).header("Authorization", &bearer(token))).await {
+    let status: KeyStatusWire =
+        match fetch_json(Request::get(&url(&path)).header("Authorization", &bearer(token))).await {
             Ok(status) => status,
             Err(Failure::NotFound) => return Ok(Lookup::Unknown),
             Err(failure) => return Err(failure),
         };
     Ok(
-        match (status.status, status.response_status, status.response) {
-            (KeyState::Done, Some(status), Some(body)) => Lookup::Done {
-                status,
-                body: body.to_string(),
-            },
+        match (
+            status.status,
+            status.response_status,
+            stored_body(&status.response),
+        ) {
+            (KeyState::Done, Some(status), Some(body)) => Lookup::Done { status, body },
             _ => Lookup::InProgress,
         },
     )
+}
+
+/// [`checkout_shared::KeyStatus`] as the widget reads it: the stored answer kept as the browser
+/// parsed it, to be judged from its text like any answer.
+#[derive(serde::Deserialize)]
+struct KeyStatusWire {
+    status: KeyState,
+    #[serde(default)]
+    response_status: Option<u16>,
+    #[serde(default, with = "serde_wasm_bindgen::preserve")]
+    response: wasm_bindgen::JsValue,
+}
+
+fn stored_body(response: &wasm_bindgen::JsValue) -> Option<String> {
+    if response.is_undefined() || response.is_null() {
+        return None;
+    }
+    js_sys::JSON::stringify(response).ok()?.as_string()
 }
 
 fn bearer(token: &str) -> String {
@@ -100,18 +170,23 @@ async fn json_of<T: DeserializeOwned>(
 ) -> Result<T, Failure> {
     let response = sent.map_err(|_| Failure::Unavailable)?;
     match response.status() {
-        200..=299 => response.json().await.map_err(|_| Failure::Unavailable),
+        200..=299 => {
+            let text = response.text().await.map_err(|_| Failure::Unavailable)?;
+            json::from_str(&text).ok_or(Failure::Unavailable)
+        }
         401 => Err(Failure::Unauthorized),
         404 => Err(Failure::NotFound),
         _ => Err(Failure::Unavailable),
     }
 }
 
-pub async fn post_keyed(path: &str, token: &str, key: &str, body: &impl Serialize) -> Attempt {
-    let Ok(request) = Request::post(path)
+/// `body` is JSON text.
+pub async fn post_keyed(path: &str, token: &str, key: &str, body: &str) -> Attempt {
+    let Ok(request) = Request::post(&url(path))
         .header("Authorization", &bearer(token))
         .header(IDEMPOTENCY_KEY_HEADER, key)
-        .json(body)
+        .header("Content-Type", "application/json")
+        .body(body)
     else {
         return Attempt::NetworkError;
     };

@@ -9,21 +9,26 @@ use checkout_shared::{DemoSession, ErrorCode, Payment, PaymentDetails, Problem, 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::checkout::{self, Checkout, Order, Read, Seed, payment_status};
 use crate::intent::{Intent, Phase, Resume, RetryPolicy, WhenForgotten};
-use crate::{api, messages, storage, tabs};
+use crate::{api, json, messages, shopper, storage, tabs};
 
 /// Lookups and fetches that find no server are retried this many times before the shopper is
 /// told (nothing is lost: the intent stays pending).
 const FINDING_OUT_TRIES: u32 = 12;
 
-/// Mounts a widget for every `<div data-checkout-session="cs_…">` of the page; without one,
-/// the page is the stand-alone demo checkout.
+/// Mounts a widget for every `<div data-checkout-session="cs_…">` of the page, and the
+/// stand-alone demo checkout into a `[data-checkout-demo]` element (the widget's own dev page).
+/// A page with neither gets nothing until it calls `mount`.
 pub fn start() {
-    let hosts = web_sys::window()
-        .and_then(|w| w.document())
+    let document = web_sys::window().and_then(|w| w.document());
+    let demo_page = document
+        .as_ref()
+        .and_then(|d| d.query_selector("[data-checkout-demo]").ok().flatten())
+        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
+    let hosts = document
+        .as_ref()
         .and_then(|d| d.query_selector_all("[data-checkout-session]").ok());
     let hosts: Vec<web_sys::HtmlElement> = hosts
         .map(|list| {
@@ -32,9 +37,8 @@ pub fn start() {
                 .collect()
         })
         .unwrap_or_default();
-    if hosts.is_empty() {
-        leptos::mount::mount_to_body(|| view! { <App mode=Mode::DemoPage /> });
-        return;
+    if let Some(page) = demo_page {
+        leptos::mount::mount_to(page, || view! { <App mode=Mode::DemoPage /> }).forget();
     }
     for host in hosts {
         if let Some(session_id) = host.get_attribute("data-checkout-session") {
@@ -155,7 +159,8 @@ trait Kind: 'static {
     type Receipt: DeserializeOwned + Clone + 'static;
     const WHICH: Which;
     fn intent(c: &mut Checkout) -> Option<&mut Intent<Self::Request, Self::Receipt>>;
-    fn path_and_body(request: &Self::Request) -> (String, Value);
+    /// The path, and the body as JSON text.
+    fn path_and_body(request: &Self::Request) -> (String, String);
     fn when_forgotten(c: &Checkout) -> WhenForgotten;
     /// Files an outcome where it belongs, in the same change that recorded it.
     fn file(_c: &mut Checkout) {}
@@ -176,8 +181,8 @@ impl Kind for PaymentKind {
         Some(&mut c.payment)
     }
 
-    fn path_and_body(order: &Order) -> (String, Value) {
-        let body = serde_json::to_value(order.request()).expect("a request serializes");
+    fn path_and_body(order: &Order) -> (String, String) {
+        let body = json::to_string(&order.request()).unwrap_or_default();
         ("/api/payments".into(), body)
     }
 
@@ -220,9 +225,8 @@ impl Widget {
 
     /// A new demo shopper when the server no longer knows this one; the shopper is told.
     async fn renew_session(self) -> bool {
-        match api::demo_session().await {
+        match shopper::shopper(self.token().as_deref()).await {
             Ok(session) => {
-                storage::save(storage::SESSION, &session);
                 self.session.set(Some(session));
                 change(self, |c| c.notice = Some(messages::SESSION_RENEWED.into()));
                 true
@@ -474,11 +478,8 @@ fn App(mode: Mode) -> impl IntoView {
     // whatever was in flight when the page went away.
     spawn_local(async move {
         if widget.token().is_none() {
-            match api::demo_session().await {
-                Ok(session) => {
-                    storage::save(storage::SESSION, &session);
-                    widget.session.set(Some(session));
-                }
+            match shopper::shopper(None).await {
+                Ok(session) => widget.session.set(Some(session)),
                 Err(_) => {
                     widget.session_error.set(Some(
                         "Не удалось открыть демо-сессию: обновите страницу".into(),
@@ -520,13 +521,14 @@ fn App(mode: Mode) -> impl IntoView {
                 </footer>
             </section>
     };
+    // The root every style rule is scoped to, so that the host page's look is left alone.
     match widget.mode.get_value() {
-        Mode::Embedded { .. } => card.into_any(),
+        Mode::Embedded { .. } => view! { <div class="checkout">{card}</div> }.into_any(),
         Mode::DemoPage => view! {
-            <main class="page">
+            <main class="checkout"><div class="page">
                 {card}
                 <p class="note">"Демонстрация: деньги ненастоящие. Обновите страницу или нажмите дважды — оплата пройдёт один раз."</p>
-            </main>
+            </div></main>
         }
         .into_any(),
     }
@@ -635,13 +637,11 @@ fn tell_the_host(widget: Widget) {
     let told = StoredValue::new(None::<&'static str>);
     Effect::new(move |_| {
         let event = widget.checkout.with(|c| match &c.payment.phase {
-            Phase::Succeeded { receipt } => Some(("checkout:paid", serde_json::to_string(receipt))),
-            Phase::Declined { problem } => {
-                Some(("checkout:declined", serde_json::to_string(problem)))
-            }
+            Phase::Succeeded { receipt } => Some(("checkout:paid", json::to_js(receipt))),
+            Phase::Declined { problem } => Some(("checkout:declined", json::to_js(problem))),
             _ => None,
         });
-        let Some((name, Ok(detail))) = event else {
+        let Some((name, Some(detail))) = event else {
             return;
         };
         if told.get_value() == Some(name) {
@@ -650,9 +650,7 @@ fn tell_the_host(widget: Widget) {
         told.set_value(Some(name));
         let init = web_sys::CustomEventInit::new();
         init.set_bubbles(true);
-        init.set_detail(
-            &js_sys::JSON::parse(&detail).unwrap_or(leptos::wasm_bindgen::JsValue::NULL),
-        );
+        init.set_detail(&detail);
         if let Ok(event) = web_sys::CustomEvent::new_with_event_init_dict(name, &init) {
             let _ = host.dispatch_event(&event);
         }

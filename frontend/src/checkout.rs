@@ -1,17 +1,16 @@
-//! The widget's whole state as plain data: the cart, the payment intent, the refunds, and the
+//! The widget's whole state as plain data: the cart, the payment intent, the shop's refunds, and the
 //! words the shopper reads. Everything here is persisted in `sessionStorage` as one JSON value,
 //! inside a versioned envelope ([`Saved`]): a state this release cannot read is never silently
 //! replaced, its intent is recovered from what can be salvaged of it ([`salvage`]).
 
 use checkout_shared::{
-    CheckoutSession, CreatePayment, CreateRefund, ErrorCode, Payment, PaymentDetails, Refund,
-    format_rub,
+    CheckoutSession, CreatePayment, ErrorCode, Payment, PaymentDetails, Refund, format_rub,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::intent::{Intent, Phase, RetryReason, new_key};
-use crate::messages;
+use crate::{json, messages};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
@@ -76,22 +75,7 @@ impl Order {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RefundOrder {
-    pub payment_id: String,
-    pub amount: i64,
-}
-
-impl RefundOrder {
-    pub fn request(&self) -> CreateRefund {
-        CreateRefund {
-            amount: self.amount,
-        }
-    }
-}
-
 pub type PaymentIntent = Intent<Order, Payment>;
-pub type RefundIntent = Intent<RefundOrder, Refund>;
 
 /// What the demo shop's cart `purchase` holds (the server makes the very same one into a
 /// session): shown while the session is being fetched.
@@ -124,8 +108,6 @@ pub struct Checkout {
     /// How many purchases this session started before this one.
     pub purchase: u32,
     pub payment: PaymentIntent,
-    /// The refund being made, or the last one made, until the shopper asks for another.
-    pub refund: Option<RefundIntent>,
     /// Refunds made against this payment, in order.
     pub refunds: Vec<Refund>,
     /// Something the shopper must be told that is not the status of an intent.
@@ -135,18 +117,6 @@ pub struct Checkout {
     /// never saw its key, it waits for a click instead of being sent on its own.
     #[serde(default)]
     pub recovering: bool,
-}
-
-/// What a click on «Вернуть» did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RefundStart {
-    /// A new refund intent, with its own key: send it.
-    New,
-    /// A refund of `amount` is still unsettled: it is sent again as it is, and the new amount
-    /// is not (the shopper is told).
-    StillPending { amount: i64 },
-    /// Nothing has been paid.
-    NothingToRefund,
 }
 
 impl Checkout {
@@ -169,7 +139,6 @@ impl Checkout {
         Checkout {
             purchase,
             payment: Intent::new(new_key(seed.key), order, now_ms),
-            refund: None,
             refunds: Vec::new(),
             notice: None,
             recovering: false,
@@ -203,74 +172,10 @@ impl Checkout {
         }
     }
 
-    /// What may still be refunded of the payment.
-    pub fn refundable(&self) -> i64 {
-        let refunded = self.refunds.last().map_or(0, |r| r.refunded_total);
-        self.receipt().map_or(0, |p| p.amount - refunded)
-    }
-
-    /// Makes a refund intent with its own key, unless one is already unsettled: a second click
-    /// reuses it instead of making another key, and a different amount is not taken silently.
-    pub fn begin_refund(&mut self, amount: i64, key_seed: [u8; 16], now_ms: i64) -> RefundStart {
-        let Some(payment_id) = self.receipt().map(|p| p.payment_id.clone()) else {
-            return RefundStart::NothingToRefund;
-        };
-        if let Some(pending) = self.refund.as_ref().filter(|r| r.is_pending()) {
-            return if pending.request.amount == amount {
-                RefundStart::New
-            } else {
-                RefundStart::StillPending {
-                    amount: pending.request.amount,
-                }
-            };
-        }
-        self.refund = Some(Intent::new(
-            new_key(key_seed),
-            RefundOrder { payment_id, amount },
-            now_ms,
-        ));
-        RefundStart::New
-    }
-
-    /// Files a succeeded refund under the payment once, however often its answer arrives.
-    /// Called in the same change that records the answer, so that a reload never finds the
-    /// refund succeeded but missing from the list.
-    pub fn settle_refund(&mut self) {
-        if let Some(Phase::Succeeded { receipt }) = self.refund.as_ref().map(|r| &r.phase)
-            && !self
-                .refunds
-                .iter()
-                .any(|r| r.refund_id == receipt.refund_id)
-        {
-            self.refunds.push(receipt.clone());
-        }
-    }
-
     /// The payment's refunds as the server has them (the truth, e.g. after another tab refunded).
     pub fn sync_refunds(&mut self, details: &PaymentDetails) {
         if self.receipt().map(|p| &p.payment_id) == Some(&details.payment.payment_id) {
             self.refunds = details.refunds.clone();
-        }
-    }
-
-    /// For a refund whose key the server forgot: the refund it made, if the payment has one
-    /// this widget did not know of, of the refund's amount (the newest such).
-    pub fn unknown_refund_of(&self, details: &PaymentDetails) -> Option<Refund> {
-        let amount = self.refund.as_ref()?.request.amount;
-        details
-            .refunds
-            .iter()
-            .rev()
-            .find(|r| {
-                r.amount == amount && !self.refunds.iter().any(|k| k.refund_id == r.refund_id)
-            })
-            .cloned()
-    }
-
-    /// «Ещё один возврат»: clears a settled refund so that the form shows again.
-    pub fn clear_refund(&mut self) {
-        if !self.refund.as_ref().is_some_and(|r| r.is_pending()) {
-            self.refund = None;
         }
     }
 }
@@ -297,24 +202,24 @@ pub enum Read {
 }
 
 pub fn read_saved(text: &str) -> Read {
-    if let Ok(saved) = serde_json::from_str::<Saved>(text) {
+    if let Some(saved) = json::from_str::<Saved>(text) {
         if saved.version == STATE_VERSION {
             return Read::Current(saved.checkout);
         }
         return Read::Unreadable;
     }
-    match serde_json::from_str::<Checkout>(text) {
-        Ok(v1) => Read::Migrated(v1),
-        Err(_) => Read::Unreadable,
+    match json::from_str::<Checkout>(text) {
+        Some(v1) => Read::Migrated(v1),
+        None => Read::Unreadable,
     }
 }
 
 pub fn write_saved(checkout: &Checkout) -> String {
-    serde_json::to_string(&Saved {
+    json::to_string(&Saved {
         version: STATE_VERSION,
         checkout: checkout.clone(),
     })
-    .expect("the state serializes")
+    .unwrap_or_default()
 }
 
 /// The state a page starts from, and whether the saved text must be kept aside (never
@@ -357,8 +262,8 @@ pub fn restore(saved: Option<&str>, seed: Seed, now_ms: i64) -> Restored {
 /// truncated write): its key and its order, wherever they are. The intent's fate is then
 /// learned from the server before anything is offered again; nothing is sent without that.
 pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
-    let (purchase, key, order_id, items, session) = match serde_json::from_str::<Value>(text) {
-        Ok(value) => {
+    let (purchase, key, order_id, items, session) = match json::from_str::<Value>(text) {
+        Some(value) => {
             let (purchase, intent) = find_payment_intent(&value, 0)?;
             let request = intent.get("request")?;
             let items = request
@@ -377,7 +282,7 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
         }
         // Not JSON (a write cut short): the payment intent comes first in the saved text, so its
         // key and order are usually still there.
-        Err(_) => (
+        None => (
             text_field(text, "\"purchase\":")
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0),
@@ -403,7 +308,6 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
     Some(Checkout {
         purchase,
         payment,
-        refund: None,
         refunds: Vec::new(),
         notice: Some(messages::STATE_UNREADABLE.into()),
         recovering: true,
@@ -442,26 +346,6 @@ fn find_payment_intent(value: &Value, purchase: u32) -> Option<(u32, &Value)> {
     map.values().find_map(|v| find_payment_intent(v, purchase))
 }
 
-/// Roubles as a shopper types them («150», «150,5», «1 200.50») → kopecks.
-pub fn parse_rub(text: &str) -> Option<i64> {
-    let cleaned: String = text
-        .chars()
-        .filter(|c| !c.is_whitespace() && *c != '₽')
-        .collect();
-    let (roubles, kopecks) = match cleaned.split_once([',', '.']) {
-        Some((r, k)) => (r, k),
-        None => (cleaned.as_str(), ""),
-    };
-    if roubles.is_empty() || !roubles.chars().all(|c| c.is_ascii_digit()) || roubles.len() > 10 {
-        return None;
-    }
-    if kopecks.len() > 2 || !kopecks.chars().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let kopecks = format!("{kopecks:0<2}").parse::<i64>().ok()?;
-    Some(roubles.parse::<i64>().ok()? * 100 + kopecks)
-}
-
 fn attempt_suffix(attempt: u32) -> String {
     format!(" (попытка {attempt})")
 }
@@ -498,45 +382,6 @@ pub fn payment_status(intent: &PaymentIntent) -> String {
     }
 }
 
-/// The status line of the refund control.
-pub fn refund_status(intent: &RefundIntent) -> String {
-    match &intent.phase {
-        Phase::Created => String::new(),
-        Phase::Sending { after: None, .. } => "Возвращаем…".into(),
-        Phase::Sending {
-            attempt,
-            after: Some(reason),
-        } => retry_text(*reason, *attempt, "Возврат"),
-        Phase::Retrying { attempt, reason } => retry_text(*reason, attempt + 1, "Возврат"),
-        Phase::LookingUp | Phase::Reconciling | Phase::Confirming { .. } => {
-            "Проверяем, прошёл ли возврат…".into()
-        }
-        Phase::NeedsSession => "Обновляем демо-сессию…".into(),
-        Phase::Succeeded { receipt } => format!("Возвращено {}", format_rub(receipt.amount)),
-        Phase::Declined { problem } => match (problem.code, problem.refundable) {
-            (ErrorCode::RefundExceedsPayment, Some(left)) => {
-                format!(
-                    "Нельзя вернуть больше остатка: доступно {}",
-                    format_rub(left)
-                )
-            }
-            (code, _) => format!("Возврат отклонён: {}", messages::refusal(code)),
-        },
-        Phase::Failed {
-            retryable: true, ..
-        } => "Нет связи с сервером. Повторите: дважды деньги не вернутся.".into(),
-        Phase::Failed { message, .. } => format!("Возврат не прошёл: {message}"),
-    }
-}
-
-/// Said when a new amount was typed while a refund is still unsettled.
-pub fn refund_still_pending(amount: i64) -> String {
-    format!(
-        "Сначала завершится начатый возврат {}: новая сумма не учтена.",
-        format_rub(amount)
-    )
-}
-
 fn retry_text(reason: RetryReason, attempt: u32, what: &str) -> String {
     match reason {
         RetryReason::ConnectionLost => {
@@ -552,7 +397,7 @@ fn retry_text(reason: RetryReason, attempt: u32, what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intent::{Attempt, Lookup, Resume, RetryPolicy, WhenForgotten};
+    use crate::intent::{Attempt, RetryPolicy};
     use checkout_shared::{PaymentStatus, Problem};
 
     fn seed(n: u8) -> Seed {
@@ -584,17 +429,6 @@ mod tests {
             0.0,
             0,
         );
-    }
-
-    fn refund(id: &str, amount: i64, total: i64) -> Refund {
-        Refund {
-            refund_id: id.into(),
-            payment_id: "pay_1".into(),
-            amount,
-            refunded_total: total,
-            balance: Some(0),
-            created_at: "t".into(),
-        }
     }
 
     #[test]
@@ -647,87 +481,6 @@ mod tests {
             next.payment.request.total(),
             70_000,
             "the second demo cart exceeds what is left"
-        );
-    }
-
-    #[test]
-    fn a_second_refund_click_reuses_the_unsettled_refund_and_a_new_amount_is_called_out() {
-        let mut checkout = Checkout::new(0, seed(1), 0);
-        assert_eq!(
-            checkout.begin_refund(100, [9; 16], 0),
-            RefundStart::NothingToRefund
-        );
-        paid(&mut checkout);
-        assert_eq!(checkout.begin_refund(10_000, [9; 16], 0), RefundStart::New);
-        let key = checkout.refund.as_ref().unwrap().key.clone();
-        assert_eq!(checkout.begin_refund(10_000, [10; 16], 0), RefundStart::New);
-        assert_eq!(
-            checkout.refund.as_ref().unwrap().key,
-            key,
-            "same key on the second click"
-        );
-        assert_eq!(
-            checkout.begin_refund(20_000, [10; 16], 0),
-            RefundStart::StillPending { amount: 10_000 },
-            "a new amount while one is unsettled is not taken silently"
-        );
-        assert_eq!(checkout.refund.as_ref().unwrap().request.amount, 10_000);
-        assert!(refund_still_pending(10_000).contains("100,00"));
-
-        let refund_intent = checkout.refund.as_mut().unwrap();
-        refund_intent.start_attempt();
-        let body = serde_json::to_string(&refund("ref_1", 10_000, 10_000)).unwrap();
-        refund_intent.finish_attempt(&Attempt::answered(201, body), &RetryPolicy::WIDGET, 0.0, 0);
-        checkout.settle_refund();
-        checkout.settle_refund();
-        assert_eq!(checkout.refunds.len(), 1, "a refund is filed once");
-        assert_eq!(checkout.refundable(), 35_000);
-        checkout.clear_refund();
-        assert_eq!(checkout.begin_refund(5_000, [11; 16], 0), RefundStart::New);
-        assert_ne!(
-            checkout.refund.as_ref().unwrap().key,
-            key,
-            "a new refund is a new key"
-        );
-    }
-
-    #[test]
-    fn a_forgotten_refund_is_found_among_the_payments_refunds_or_sent_again() {
-        let mut checkout = Checkout::new(0, seed(1), 0);
-        paid(&mut checkout);
-        checkout.refunds = vec![refund("ref_old", 5_000, 5_000)];
-        checkout.begin_refund(10_000, [9; 16], 0);
-        let intent = checkout.refund.as_mut().unwrap();
-        intent.start_attempt();
-        intent.finish_attempt(&Attempt::NetworkError, &RetryPolicy::WIDGET, 0.0, 0);
-        assert_eq!(
-            intent.resume(1),
-            Resume::LookUp,
-            "its expiry was never learned"
-        );
-        assert!(intent.start_lookup());
-        assert_eq!(
-            intent.finish_lookup(Lookup::Unknown, WhenForgotten::Reconcile),
-            Resume::Reconcile,
-            "a forgotten refund is never resent blindly"
-        );
-        let mut details = PaymentDetails {
-            payment: receipt_of(&checkout),
-            refunded_total: 15_000,
-            refunds: vec![
-                refund("ref_old", 5_000, 5_000),
-                refund("ref_new", 10_000, 15_000),
-            ],
-        };
-        assert_eq!(
-            checkout.unknown_refund_of(&details).map(|r| r.refund_id),
-            Some("ref_new".into())
-        );
-        details.refunds.pop();
-        assert_eq!(
-            checkout.unknown_refund_of(&details),
-            None,
-            "not made: it is sent again"
         );
     }
 
@@ -879,21 +632,9 @@ mod tests {
     }
 
     #[test]
-    fn roubles_parse_as_a_shopper_types_them() {
-        assert_eq!(parse_rub("150"), Some(15_000));
-        assert_eq!(parse_rub("150,5"), Some(15_050));
-        assert_eq!(parse_rub(" 1 200.05 ₽"), Some(120_005));
-        assert_eq!(parse_rub("0,01"), Some(1));
-        for bad in ["", ",5", "1,234", "abc", "-5", "1e3", "12345678901"] {
-            assert_eq!(parse_rub(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
     fn the_whole_state_survives_session_storage() {
         let mut checkout = Checkout::new(4, seed(3), 0);
         paid(&mut checkout);
-        checkout.begin_refund(1_000, [5; 16], 0);
         let saved = write_saved(&checkout);
         assert_eq!(read_saved(&saved), Read::Current(checkout));
     }

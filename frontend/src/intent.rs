@@ -139,12 +139,12 @@ pub fn judge<Receipt: DeserializeOwned>(attempt: &Attempt) -> Verdict<Receipt> {
             ..
         } => (*status, body, *retry_after),
     };
-    let problem: Option<Problem> = serde_json::from_str(body).ok();
+    let problem: Option<Problem> = crate::json::from_str(body);
     let code = problem.as_ref().map(|p| p.code);
     match status {
-        200..=299 => match serde_json::from_str(body) {
-            Ok(receipt) => Verdict::Success(receipt),
-            Err(_) => Verdict::Refused(messages::UNREADABLE_ANSWER.into()),
+        200..=299 => match crate::json::from_str(body) {
+            Some(receipt) => Verdict::Success(receipt),
+            None => Verdict::Refused(messages::UNREADABLE_ANSWER.into()),
         },
         401 => Verdict::Unauthorized,
         409 if code == Some(ErrorCode::IdempotencyKeyInUse) => Verdict::Retry {

@@ -10,12 +10,15 @@
 
 pub mod checkout;
 pub mod intent;
+pub mod json;
 pub mod messages;
 
 #[cfg(target_arch = "wasm32")]
 mod api;
 #[cfg(target_arch = "wasm32")]
 mod app;
+#[cfg(target_arch = "wasm32")]
+mod shopper;
 #[cfg(target_arch = "wasm32")]
 pub mod storage;
 #[cfg(target_arch = "wasm32")]

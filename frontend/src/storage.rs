@@ -27,11 +27,11 @@ pub fn write(name: &str, text: &str) -> bool {
 }
 
 pub fn load<T: DeserializeOwned>(name: &str) -> Option<T> {
-    serde_json::from_str(&read(name)?).ok()
+    crate::json::from_str(&read(name)?)
 }
 
 pub fn save<T: Serialize>(name: &str, value: &T) -> bool {
-    serde_json::to_string(value).is_ok_and(|text| write(name, &text))
+    crate::json::to_string(value).is_some_and(|text| write(name, &text))
 }
 
 /// Keeps an unreadable state under a name of its own, so that the next save cannot erase it.
