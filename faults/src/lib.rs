@@ -9,12 +9,17 @@
 //! |---|---|
 //! | `in_flight_claims=N` | the first N tries of each key answer `409 idempotency_key_in_use` |
 //! | `fail_before_commit=N` | the first N roll back and answer `503` |
+//! | `fail_before_commit_per_key=N` | the first N tries of each key roll back and answer `503` |
 //! | `delay_before_commit_ms=MS` | every one holds its transaction MS longer before `COMMIT` |
 //! | `delay_after_commit_ms=MS` | every one waits MS after `COMMIT` before answering |
 //! | `fail_after_commit=N` | the first N commit, then answer `503` (the answer is lost) |
 //! | `drop_after_commit=N` | the first N commit, then cut the connection mid-answer |
 //! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
 //! | `delay_account_ms=MS` | (not keyed) `GET /api/account` answers MS late |
+
+mod shop;
+
+pub use shop::shop_main;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -70,6 +75,8 @@ pub fn main() -> ExitCode {
 pub struct Faults {
     in_flight_claims: u64,
     fail_before_commit: AtomicU64,
+    fail_before_commit_per_key: u64,
+    commits_tried: Mutex<HashMap<String, u64>>,
     delay_before_commit: Duration,
     delay_after_commit: Duration,
     fail_after_commit: AtomicU64,
@@ -79,18 +86,29 @@ pub struct Faults {
     claims_seen: Mutex<HashMap<String, u64>>,
 }
 
-impl Faults {
-    pub fn parse(spec: &str) -> Result<Faults, String> {
-        let mut faults = Faults::default();
-        for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
+/// `name=N,name=N,…` (a bare `name` is `name=1`), as `(name, N)` pairs.
+pub(crate) fn fault_items(spec: &str) -> Result<Vec<(&str, u64)>, String> {
+    spec.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|item| {
             let (name, value) = item.split_once('=').unwrap_or((item, "1"));
-            let value: u64 = value
+            let value = value
                 .trim()
                 .parse()
                 .map_err(|_| format!("bad number in {item}"))?;
-            match name.trim() {
+            Ok((name.trim(), value))
+        })
+        .collect()
+}
+
+impl Faults {
+    pub fn parse(spec: &str) -> Result<Faults, String> {
+        let mut faults = Faults::default();
+        for (name, value) in fault_items(spec)? {
+            match name {
                 "in_flight_claims" => faults.in_flight_claims = value,
                 "fail_before_commit" => faults.fail_before_commit = AtomicU64::new(value),
+                "fail_before_commit_per_key" => faults.fail_before_commit_per_key = value,
                 "delay_before_commit_ms" => {
                     faults.delay_before_commit = Duration::from_millis(value)
                 }
@@ -140,9 +158,9 @@ impl Hooks for Faults {
         *tries <= self.in_flight_claims
     }
 
-    fn before_commit(&self) -> HookFuture {
+    fn before_commit(&self, scope: &str, key: &str) -> HookFuture {
         let delay = self.delay_before_commit;
-        let fail = take(&self.fail_before_commit);
+        let fail = take(&self.fail_before_commit) || self.fails_this_try(scope, key);
         Box::pin(async move {
             if !delay.is_zero() {
                 // A sign for tests that a request is inside its transaction.
@@ -151,6 +169,19 @@ impl Hooks for Faults {
             tokio::time::sleep(delay).await;
             if fail { Err(Aborted) } else { Ok(()) }
         })
+    }
+}
+
+impl Faults {
+    /// Counts a commit of (scope, key): `true` for its first `fail_before_commit_per_key`.
+    fn fails_this_try(&self, scope: &str, key: &str) -> bool {
+        if self.fail_before_commit_per_key == 0 {
+            return false;
+        }
+        let mut tried = self.commits_tried.lock().unwrap_or_else(|e| e.into_inner());
+        let tries = tried.entry(format!("{scope}/{key}")).or_default();
+        *tries += 1;
+        *tries <= self.fail_before_commit_per_key
     }
 }
 
