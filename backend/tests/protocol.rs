@@ -286,7 +286,7 @@ async fn a_lost_race_runs_again_and_gives_up_bounded(backend: Backend) {
 struct AbortEveryCommit;
 
 impl Hooks for AbortEveryCommit {
-    fn before_commit(&self) -> HookFuture {
+    fn before_commit(&self, _scope: &str, _key: &str) -> HookFuture {
         Box::pin(std::future::ready(Err(Aborted)))
     }
 }

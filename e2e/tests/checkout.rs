@@ -1,6 +1,10 @@
 //! The proof, in a real browser, that a shopper who clicks «Оплатить» repeatedly, refreshes or
-//! loses the network is charged exactly once. Each scenario checks what the shopper sees AND
-//! what the ledger holds.
+//! loses the network is charged exactly once. Every scenario buys in the demo shop, whose order
+//! page embeds the widget (from the checkout's origin), and checks what the shopper sees, what
+//! the ledger holds, and that the shop heard `checkout:paid` once and holds its order paid once.
+//!
+//! `drop_after_commit=N` hits the first N keyed requests in order: the first is the shop's own
+//! session creation (which its server resends with the same key), the second the payment.
 
 #[macro_use]
 mod browser;
@@ -22,12 +26,12 @@ scenario!(
 scenario!(refresh_after_success_shows_the_same_receipt, "", [Sqlite]);
 scenario!(
     lost_response_is_retried_and_replayed,
-    "drop_after_commit=1",
+    "drop_after_commit=2",
     [Sqlite, Postgres]
 );
 scenario!(
     server_error_before_commit_runs_afresh,
-    "fail_before_commit=1",
+    "fail_before_commit_per_key=1",
     [Sqlite]
 );
 scenario!(
@@ -118,8 +122,13 @@ async fn refresh_after_success_shows_the_same_receipt(c: Checkout) -> Checkout {
     assert_eq!(c.payment_outcomes().len(), 1, "the refresh sent nothing");
     c.assert_paid_once().await;
 
-    c.click("button.new-purchase", 1).await;
-    c.wait_for("button.pay").await;
+    // Buying again is a new order in the shop, a new session, a new key.
+    assert_eq!(
+        c.count("button.new-purchase").await,
+        0,
+        "no «Новая покупка» in a shop's page"
+    );
+    c.order(&[("chocolate", 1)]).await;
     let next = c.saved_state().await;
     assert_ne!(
         next["payment"]["key"].as_str().unwrap(),
@@ -149,6 +158,11 @@ async fn lost_response_is_retried_and_replayed(c: Checkout) -> Checkout {
         ["first", "replay"],
         "the retry got the stored response"
     );
+    assert_eq!(
+        c.session_outcomes(),
+        ["first", "replay"],
+        "the shop's server resent its session creation with the same key"
+    );
     c
 }
 
@@ -160,6 +174,12 @@ async fn server_error_before_commit_runs_afresh(c: Checkout) -> Checkout {
         .await;
     // The 503 rolled everything back, so the retry was a first execution, not a replay.
     assert_eq!(c.payment_outcomes(), ["none", "first"]);
+    assert_eq!(c.session_outcomes(), ["none", "first"]);
+    assert_eq!(
+        c.db.scalar("SELECT COUNT(*) FROM checkout_sessions").await,
+        1,
+        "one session for the order"
+    );
     c
 }
 
@@ -249,19 +269,28 @@ async fn decline_is_shown_kept_and_a_smaller_purchase_succeeds(c: Checkout) -> C
     c.wait_for_text(".declined", "недостаточно средств").await;
     assert_eq!(api.balance().await, 30_000);
 
-    // Paying again is a new intent: the next cart (700,00 ₽) is declined too, the one after
-    // (120,00 ₽) fits.
-    c.click("button.new-purchase", 1).await;
+    // The shop's page heard the decline, and its order still waits.
+    c.wait_for_text("#order-state", "Оплата не прошла").await;
+    let declined_order = c.order_id().await;
+    assert_eq!(
+        c.shop
+            .scalar(&format!("SELECT COUNT(*) FROM orders WHERE id = '{declined_order}' AND state = 'awaiting_payment'"))
+            .await,
+        1
+    );
+
+    // Paying again is a new order and a new intent: a grinder (700,00 ₽) is declined too,
+    // three bars of chocolate (120,00 ₽) fit.
+    c.order(&[("grinder", 1)]).await;
     c.wait_for_text(".total-amount", "700,00").await;
-    // Enabled once the shop's session for the new cart has arrived.
-    c.wait_for("button.pay:not([disabled])").await;
     c.click("button.pay", 1).await;
     c.wait_for(".declined").await;
-    c.click("button.new-purchase", 1).await;
+    c.order(&[("chocolate", 3)]).await;
     c.wait_for_text(".total-amount", "120,00").await;
-    c.wait_for("button.pay:not([disabled])").await;
     c.click("button.pay", 1).await;
     c.wait_for_text(".receipt-amount", "120,00").await;
+    let paid = c.wait_for_text(".payment-id", "pay_").await;
+    c.assert_shop_order_paid(&paid).await;
     assert_eq!(api.balance().await, 30_000 - 12_000);
     assert_eq!(c.payments_in_db().await, 2);
     c.db.assert_invariants().await;
@@ -296,6 +325,7 @@ async fn server_killed_while_retrying_ends_on_one_receipt(mut c: Checkout) -> Ch
 }
 
 async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -> Checkout {
+    // The widget's own page keeps its policy…
     let page = c.server.api().get("/").await;
     let policy = page.headers["content-security-policy"].clone();
     assert!(
@@ -303,6 +333,25 @@ async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -
         "{policy}"
     );
     assert!(!policy.contains("unsafe-inline"), "{policy}");
+    // …and the shop's page lets in the checkout's origin and nothing else.
+    let shop_page = reqwest::get(format!("{}/", c.shop.base)).await.unwrap();
+    let policy = shop_page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let checkout = &c.server.base;
+    assert!(
+        policy.contains(&format!("script-src 'self' {checkout} 'wasm-unsafe-eval';")),
+        "{policy}"
+    );
+    assert!(
+        policy.contains(&format!("connect-src 'self' {checkout};")),
+        "{policy}"
+    );
+    assert!(
+        !policy.contains("unsafe-inline") && !policy.contains(" 'unsafe-eval'"),
+        "{policy}"
+    );
     c.open().await;
     // The policy is in force in the browser: an inline script the page did not ship is refused…
     c.js(
@@ -322,7 +371,7 @@ async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -
         c.js("return window.__injected === undefined;").await,
         json!(true)
     );
-    // …while the widget, loaded by its own hashed loader, works.
+    // …while the widget, loaded from the checkout's origin, works.
     c.click("button.pay", 1).await;
     c.assert_paid_once().await;
     assert_eq!(

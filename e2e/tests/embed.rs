@@ -95,50 +95,55 @@ async fn wait_for_events(c: &Checkout, n: usize) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// A shop's page with two widgets, served beside the widget's build: one external module script
-/// (the checkout's strict policy allows no inline script of the shop) and one element each.
+/// A shop's page with two widgets, served beside the widget's build: the one loader script,
+/// one element mounted on its own, one mounted by `Checkout.mount`, and the page's own external
+/// module (the checkout's strict policy allows no inline script of the shop).
 fn shop_page(dir: &Path, first: &str, second: &str) {
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist");
-    let mut widget_js = String::new();
-    let mut css = String::new();
-    let mut wasm = String::new();
-    for entry in std::fs::read_dir(&dist).expect("the widget's build (scripts/test makes it)") {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with(".js") {
-            widget_js = name.clone();
-        } else if name.ends_with(".wasm") {
-            wasm = name.clone();
-        } else if name.ends_with(".css") {
-            css = name.clone();
-        }
-        std::fs::copy(&path, dir.join(&name)).unwrap();
-    }
+    assert!(
+        dist.join("checkout.js").exists(),
+        "the widget's build (scripts/test makes it)"
+    );
+    copy_dir(&dist, dir);
     std::fs::write(
         dir.join("shop.html"),
         format!(
             r#"<!doctype html>
 <html lang="ru"><head><meta charset="utf-8"><title>Книжная лавка</title>
-<link rel="stylesheet" href="/{css}"><script type="module" src="/shop.js"></script></head>
+<script type="module" src="/shop.js"></script>
+<script type="module" src="/checkout.js"></script></head>
 <body><h1>Ваш заказ</h1>
 <div id="a" data-checkout-session="{first}"></div>
-<div id="b" data-checkout-session="{second}"></div>
+<div id="b" data-session="{second}"></div>
 </body></html>"#
         ),
     )
     .unwrap();
     std::fs::write(
         dir.join("shop.js"),
-        format!(
-            r#"import init from "/{widget_js}";
-window.checkoutEvents = [];
-for (const name of ["checkout:paid", "checkout:declined"]) {{
+        r#"window.checkoutEvents = [];
+for (const name of ["checkout:paid", "checkout:declined"]) {
   document.addEventListener(name, (event) => window.checkoutEvents.push(
-    {{ name, host: event.target.id, payment_id: event.detail && event.detail.payment_id }}));
-}}
-await init({{ module_or_path: "/{wasm}" }});
-"#
-        ),
+    { name, host: event.target.id, payment_id: event.detail && event.detail.payment_id }));
+}
+document.addEventListener("checkout:ready", () => {
+  const b = document.getElementById("b");
+  Checkout.mount(b, { session: b.dataset.session });
+});
+"#,
     )
     .unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
 }

@@ -44,11 +44,18 @@ scenario!(
 /// Nothing the shopper saw was in English (server `detail` strings are English).
 async fn assert_only_russian(c: &Checkout) {
     let statuses = c.statuses().await;
-    let page = c.text("main").await.unwrap_or_default();
+    let page = c.text(".checkout").await.unwrap_or_default();
     for text in statuses.iter().chain([&page]) {
-        // Words of Latin letters, but not the hex of an id (`pay_0190…`, `ORD-5D90F656`).
+        // Words of Latin letters, but not ids (`pay_0190…`, the shop's `ORD-KCPTBAQEP1`).
+        let is_id = |token: &&str| {
+            ["ORD-", "pay_", "rf_", "cs_"]
+                .iter()
+                .any(|p| token.starts_with(p))
+        };
         let english = text
-            .split(|ch: char| !ch.is_ascii_alphabetic())
+            .split_whitespace()
+            .filter(|token| !is_id(token))
+            .flat_map(|token| token.split(|ch: char| !ch.is_ascii_alphabetic()))
             .find(|word| word.len() >= 4 && !word.chars().all(|c| c.is_ascii_hexdigit()));
         assert!(english.is_none(), "English reached the shopper: {text:?}");
     }
@@ -67,9 +74,12 @@ async fn unreadable_state_during_a_lost_answer_recovers_the_receipt(c: Checkout)
     .await;
     // A new release renamed a field of the saved state (or a write was cut short); the page
     // reloads, and the answer is lost with the old page.
-    c.js("const s = sessionStorage.getItem('checkout.state');
-         sessionStorage.setItem('checkout.state', s.replace('\"payment\"', '\"payment_v9\"'));")
-        .await;
+    let state = c.state_key().await;
+    c.js(&format!(
+        "const s = sessionStorage.getItem({state:?});
+         sessionStorage.setItem({state:?}, s.replace('\"payment\"', '\"payment_v9\"'));"
+    ))
+    .await;
     c.reload().await;
     c.wait_for_text(".notice", "Не удалось прочитать").await;
     let receipt = c.assert_paid_once().await;
@@ -99,9 +109,12 @@ async fn an_unreadable_state_whose_payment_never_arrived_waits_for_a_click(
     c.click("button.pay", 1).await;
     c.wait_for_text(".status", "Оплачиваем").await;
     // The reload cuts the request before its commit: the server drops it, nothing is paid.
-    c.js("const s = sessionStorage.getItem('checkout.state');
-         sessionStorage.setItem('checkout.state', s.slice(0, s.length - 40));")
-        .await;
+    let state = c.state_key().await;
+    c.js(&format!(
+        "const s = sessionStorage.getItem({state:?});
+         sessionStorage.setItem({state:?}, s.slice(0, s.length - 40));"
+    ))
+    .await;
     c.reload().await;
     c.wait_for_text(".notice", "Не удалось прочитать").await;
     // The server never knew the key: the intent waits for the shopper, with the same key.
@@ -132,6 +145,7 @@ async fn a_payment_resumed_after_its_key_expired_shows_its_receipt(c: Checkout) 
     c.click("button.pay", 1).await;
     c.wait_for_text(".status", "Оплачиваем").await;
     // The shopper leaves mid-payment; the payment commits without them; the key expires.
+    let order_page = c.url().await;
     c.browser.goto("about:blank").await.unwrap();
     wait_until(
         "the payment never committed",
@@ -141,7 +155,7 @@ async fn a_payment_resumed_after_its_key_expired_shows_its_receipt(c: Checkout) 
     .await;
     wait_until_forgotten(&api, &key).await;
     // Back to the checkout: the pending intent is looked up, never taken for a failure.
-    c.browser.goto(&c.url()).await.unwrap();
+    c.browser.goto(&order_page).await.unwrap();
     c.wait_for(".card").await;
     let receipt = c.wait_for_text(".payment-id", "pay_").await;
     assert_eq!(c.payments_in_db().await, 1);

@@ -1,9 +1,12 @@
-//! The campaign: shops make checkout sessions, shoppers pay them, shops refund, about 30 % of
-//! the requests duplicates (concurrent copies, and retries of the same key after a while), while
-//! servers are SIGKILLed and restarted, PostgreSQL is stopped with `-m immediate` and started
-//! again, and the servers cut some connections right after their commit. Afterwards every key is
-//! retried until it has a definite answer, and every promise of the contract is checked, money
-//! conserved among them.
+//! The campaign: each shop is a demo shop process with its own database and webhook receiver;
+//! its storefront's orders become checkout sessions, shoppers pay them, shops refund, about 30 %
+//! of the requests duplicates (concurrent copies, and retries of the same key after a while),
+//! while servers and shops are SIGKILLed and restarted, PostgreSQL is stopped with
+//! `-m immediate` and started again, the servers cut some connections right after their commit,
+//! and the shops answer some webhooks only after the sender gave up (after their own commit).
+//! Afterwards every key is retried until it has a definite answer, every event is delivered, and
+//! every promise of the contract is checked: money conserved, and every payment and refund known
+//! to its shop exactly once in effect (order paid, refunded total, bonus).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use checkout_testkit::{
-    Answer, Api, Backend, Server, TestDb, add_shop, new_key, pay_session, postgres, session_request,
+    Answer, Api, Backend, DemoShop, Server, TestDb, add_shop_with, new_key, pay_session, postgres,
 };
 use rand::Rng;
 use reqwest::StatusCode;
@@ -34,6 +37,8 @@ pub struct Plan {
     pub chaos_every: Duration,
     /// The attack goes on until at least this many acts of chaos have happened.
     pub min_chaos_acts: u64,
+    /// Percent of applied webhooks whose answer the shops hold past the sender's timeout.
+    pub late_webhook_percent: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -49,7 +54,13 @@ pub struct Report {
     pub declines: u64,
     pub no_answer: u64,
     pub server_kills: u64,
+    pub shop_kills: u64,
     pub database_restarts: u64,
+    /// Events the checkout wrote, and delivery attempts it made for them.
+    pub events: i64,
+    pub webhook_attempts: i64,
+    /// Orders whose state in the shop was checked against the checkout.
+    pub shop_orders: u64,
     pub final_retries: u64,
     /// Every balance (shops' waiting credits included), and every opening entry: equal when no
     /// money was made or lost.
@@ -71,7 +82,8 @@ struct Intent {
 
 #[derive(Clone, Debug)]
 enum Kind {
-    /// A shop makes a session for a new order.
+    /// A shopper orders in a shop's storefront; the shop makes the order's session. The key is
+    /// the cart form's token; the body, the quantity.
     Session { shop: usize },
     /// A shopper pays a session of this shop.
     Payment { shop: usize },
@@ -118,10 +130,18 @@ struct World {
     http: reqwest::Client,
     server_bin: String,
     cut_percent: u64,
+    /// The demo shops, each with its own database and webhook receiver.
+    shops: Vec<tokio::sync::Mutex<DemoShop>>,
+    shop_bases: Vec<String>,
+    shop_accounts: Vec<String>,
+    shop_faults: String,
 }
 
 impl World {
     async fn send(&self, server: usize, key: &str, intent: &Intent) -> Option<Answer> {
+        if let Kind::Session { shop } = intent.kind {
+            return self.order(shop, key, &intent.body).await;
+        }
         let api = Api {
             base: format!("http://127.0.0.1:{}", self.ports[server]),
             http: self.http.clone(),
@@ -135,6 +155,39 @@ impl World {
         .ok()
     }
 
+    /// Submits a storefront cart form (its token: `key`) and reads the order page the shop
+    /// redirects to: the order and its session, as a `201` for the ledger. No session on the
+    /// page (the checkout was down) is no answer yet: the same form is sent again later.
+    async fn order(&self, shop: usize, key: &str, body: &Value) -> Option<Answer> {
+        let base = &self.shop_bases[shop];
+        let form = format!("cart_token={key}&qty_chocolate={}", body["qty"]);
+        let page = self
+            .http
+            .post(format!("{base}/orders"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .ok()?;
+        if page.status() != StatusCode::OK {
+            return None;
+        }
+        let order = page.url().path().trim_start_matches("/orders/").to_owned();
+        let html = page.text().await.ok()?;
+        let session = html
+            .split("data-checkout-session=\"")
+            .nth(1)?
+            .split('"')
+            .next()?
+            .to_owned();
+        Some(Answer {
+            status: StatusCode::CREATED,
+            headers: HashMap::new(),
+            body: json!({ "session_id": session, "order_id": order }).to_string(),
+        })
+    }
+
     async fn start_server(&self, port: &str) -> Server {
         let faults = format!("drop_after_commit_percent={}", self.cut_percent);
         let addr = format!("127.0.0.1:{port}");
@@ -145,13 +198,17 @@ impl World {
                 ("CHECKOUT_ADDR", &addr),
                 ("CHECKOUT_FAULTS", &faults),
                 ("RUST_LOG", "warn,checkout_backend=info"),
+                ("CHECKOUT_WEBHOOK_POLL_MS", "50"),
+                ("CHECKOUT_WEBHOOK_TIMEOUT_MS", "1000"),
+                ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "50"),
+                ("CHECKOUT_WEBHOOK_ATTEMPTS", "100"),
             ],
         )
         .await
     }
 }
 
-pub async fn run(plan: &Plan, server_bin: &str) -> Report {
+pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
     let db = match plan.backend {
         Backend::Postgres => TestDb::on(postgres::durable_cluster()).await,
         Backend::Sqlite => TestDb::new(Backend::Sqlite).await,
@@ -174,6 +231,13 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         http,
         server_bin: server_bin.to_owned(),
         cut_percent: plan.cut_percent,
+        shops: Vec::new(),
+        shop_bases: Vec::new(),
+        shop_accounts: Vec::new(),
+        shop_faults: format!(
+            "late_webhook_answer_percent={},late_webhook_answer_ms=1500",
+            plan.late_webhook_percent
+        ),
     };
     for _ in 0..servers {
         let port = postgres::free_port().to_string();
@@ -186,9 +250,48 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
     for _ in 0..plan.accounts {
         world.tokens.push(signup.shopper_token().await);
     }
+    // Each shop: its credentials in a file, its process on a port fixed first (the checkout
+    // sends its webhooks there), talking to one of the servers.
+    let credentials = tempfile::tempdir().unwrap();
+    let shop_faults = world.shop_faults.clone();
     for i in 0..plan.shops {
-        let shop = add_shop(server_bin, &world.db.url, &base, &format!("Лавка {i}")).await;
-        world.shop_keys.push(shop.api.token.expect("a secret key"));
+        let addr = format!("127.0.0.1:{}", postgres::free_port());
+        let webhook_url = format!("http://{addr}/webhooks/checkout");
+        let shop = add_shop_with(
+            server_bin,
+            &world.db.url,
+            &base,
+            &format!("Лавка {i}"),
+            Some(&webhook_url),
+        )
+        .await;
+        let secret = shop.api.token.clone().expect("a secret key");
+        let file = credentials.path().join(format!("shop-{i}.json"));
+        std::fs::write(
+            &file,
+            json!({"shop_id": shop.shop_id, "secret_key": secret, "signing_secret": shop.signing_secret})
+                .to_string(),
+        )
+        .unwrap();
+        let checkout = format!("http://127.0.0.1:{}", world.ports[i % world.ports.len()]);
+        let process = DemoShop::start(
+            shop_bin,
+            &checkout,
+            &file,
+            &[("SHOP_ADDR", &addr), ("SHOP_FAULTS", &shop_faults)],
+        )
+        .await;
+        world.shop_bases.push(process.base.clone());
+        world.shops.push(tokio::sync::Mutex::new(process));
+        let account = world
+            .db
+            .scalar_text(&format!(
+                "SELECT account_id FROM shops WHERE shop_id = '{}'",
+                shop.shop_id
+            ))
+            .await;
+        world.shop_accounts.push(account);
+        world.shop_keys.push(secret);
     }
     let world = Arc::new(world);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -208,7 +311,7 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
             plan.chaos_every,
         );
         tokio::spawn(async move {
-            let (mut kills, mut restarts) = (0u64, 0u64);
+            let (mut kills, mut restarts, mut shop_kills) = (0u64, 0u64, 0u64);
             let mut round = 0u64;
             while attacking.load(Ordering::SeqCst) {
                 tokio::time::sleep(every).await;
@@ -216,7 +319,17 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
                     break;
                 }
                 round += 1;
-                if backend == Backend::Postgres && round.is_multiple_of(3) {
+                if round % 4 == 2 {
+                    // A shop dies (mid-webhook, maybe) and comes back on its database.
+                    let victim = rand::rng().random_range(0..world.shops.len());
+                    let faults = world.shop_faults.clone();
+                    world.shops[victim]
+                        .lock()
+                        .await
+                        .restart(&[("SHOP_FAULTS", &faults)])
+                        .await;
+                    shop_kills += 1;
+                } else if backend == Backend::Postgres && round.is_multiple_of(3) {
                     tokio::task::spawn_blocking(|| postgres::durable_cluster().crash_and_restart())
                         .await
                         .unwrap();
@@ -230,7 +343,7 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
                 }
                 acts.fetch_add(1, Ordering::SeqCst);
             }
-            (kills, restarts)
+            (kills, restarts, shop_kills)
         })
     };
 
@@ -284,7 +397,7 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         client.await.unwrap();
     }
     attacking.store(false, Ordering::SeqCst);
-    let (server_kills, database_restarts) = chaos.await.unwrap();
+    let (server_kills, database_restarts, shop_kills) = chaos.await.unwrap();
 
     // Settle: every key, retried until it has a definite answer.
     let keys: Vec<(String, KeyRecord)> = ledger
@@ -408,6 +521,10 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         ));
     }
 
+    // The shops: every event delivered, and each shop knows every payment and refund of its
+    // orders exactly once in effect.
+    let (events, webhook_attempts, shop_orders) = check_shops(&world, &mut violations).await;
+
     Report {
         backend: format!("{:?}", plan.backend),
         servers,
@@ -420,13 +537,117 @@ pub async fn run(plan: &Plan, server_bin: &str) -> Report {
         declines,
         no_answer: no_answer.load(Ordering::SeqCst),
         server_kills,
+        shop_kills,
         database_restarts,
+        events,
+        webhook_attempts,
+        shop_orders,
         final_retries,
         money_held,
         money_issued,
         shops_hold,
         violations,
     }
+}
+
+/// Waits (bounded) until every event is delivered, then holds each shop's orders against the
+/// checkout: paid exactly when the checkout has its payment (by that payment, learned from the
+/// webhook), refunded as much as the checkout refunded, the bonus the state those imply, and one
+/// inbox entry per event. Returns (events, delivery attempts, orders checked).
+async fn check_shops(world: &World, violations: &mut Vec<String>) -> (i64, i64, u64) {
+    let undelivered = "SELECT COUNT(*) FROM webhook_events WHERE status <> 'delivered'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while world.db.scalar(undelivered).await > 0 {
+        if std::time::Instant::now() > deadline {
+            violations.push(format!(
+                "{} events still undelivered after 3 minutes, e.g. {} ({} attempts): {}",
+                world.db.scalar(undelivered).await,
+                world.db.scalar_text("SELECT event_id || ' ' || type || ' ' || status FROM webhook_events WHERE status <> 'delivered' ORDER BY seq LIMIT 1").await,
+                world.db.scalar("SELECT attempts FROM webhook_events WHERE status <> 'delivered' ORDER BY seq LIMIT 1").await,
+                world.db.scalar_text("SELECT COALESCE(last_error, '-') FROM webhook_events WHERE status <> 'delivered' ORDER BY seq LIMIT 1").await,
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events = world.db.scalar("SELECT COUNT(*) FROM webhook_events").await;
+    let attempts = world
+        .db
+        .scalar("SELECT CAST(COALESCE(SUM(attempts), 0) AS BIGINT) FROM webhook_events")
+        .await;
+    let mut checked = 0;
+    for (i, shop) in world.shops.iter().enumerate() {
+        let shop = shop.lock().await;
+        let account = &world.shop_accounts[i];
+        let sent = world
+            .db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM webhook_events WHERE shop_account_id = '{account}'"
+            ))
+            .await;
+        let received = shop
+            .scalar("SELECT COUNT(*) FROM inbox WHERE status = 'done'")
+            .await;
+        if sent != received {
+            violations.push(format!(
+                "shop {i}: {sent} events sent, {received} in its inbox"
+            ));
+            let log = shop.log();
+            let failures: Vec<&str> = log.lines().filter(|l| l.contains("failed")).collect();
+            for line in failures.iter().rev().take(5) {
+                eprintln!("shop {i} log: {line}");
+            }
+        }
+        let mut paid_orders = 0;
+        for order in shop.orders().await {
+            checked += 1;
+            let id = &order.id;
+            let at_checkout = world
+                .db
+                .scalar(&format!(
+                    "SELECT COUNT(*) FROM payments WHERE order_id = '{id}' AND shop_account_id = '{account}'"
+                ))
+                .await;
+            match (at_checkout, order.payment_id.as_deref()) {
+                (0, None) if order.state == "awaiting_payment" && order.bonus.is_none() => {}
+                (1, Some(payment)) if order.state == "paid" => {
+                    paid_orders += 1;
+                    let same = world
+                        .db
+                        .scalar(&format!(
+                            "SELECT COUNT(*) FROM payments WHERE payment_id = '{payment}' \
+                              AND order_id = '{id}' AND amount = {} AND refunded = {}",
+                            order.amount, order.refunded
+                        ))
+                        .await;
+                    let bonus = (order.amount - order.refunded) / 100 / 10;
+                    if same != 1
+                        || order.bonus != Some(bonus)
+                        || order.paid_via.as_deref() != Some("webhook")
+                    {
+                        violations.push(format!(
+                            "shop {i}: order {id} is {order:?}; the checkout disagrees (bonus should be {bonus})"
+                        ));
+                    }
+                }
+                _ => violations.push(format!(
+                    "shop {i}: order {id} is {order:?}, with {at_checkout} payments at the checkout"
+                )),
+            }
+        }
+        let payments = world
+            .db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM payments WHERE shop_account_id = '{account}'"
+            ))
+            .await;
+        if payments != paid_orders {
+            violations.push(format!(
+                "shop {i}: {payments} payments at the checkout, {paid_orders} paid orders"
+            ));
+        }
+    }
+    (events, attempts, checked)
 }
 
 /// The next thing a client sends: a new session, payment or refund, or a key sent before.
@@ -444,12 +665,12 @@ fn next_request(ledger: &Mutex<Ledger>, world: &World) -> (String, Intent, usize
     let shop = rng.random_range(0..world.shop_keys.len());
     let refundable = ledger.paid.get(&shop).filter(|p| !p.is_empty()).cloned();
     let intent = if ledger.open_sessions.len() < 4 || rng.random_bool(0.3) {
-        let order = format!("ord-{}", new_key());
+        // One or two bars of chocolate (40,00 ₽ each) in the shop's storefront.
         Intent {
             kind: Kind::Session { shop },
-            token: world.shop_keys[shop].clone(),
-            path: "/api/checkout-sessions".into(),
-            body: session_request(&order, rng.random_range(100..=1_000)),
+            token: String::new(),
+            path: "/orders".into(),
+            body: json!({ "qty": rng.random_range(1..=2) }),
         }
     } else if let Some(paid) = refundable.filter(|_| rng.random_bool(0.25)) {
         let (payment_id, amount) = paid[rng.random_range(0..paid.len())].clone();
@@ -535,8 +756,8 @@ impl Report {
     pub fn summary(&self) -> String {
         format!(
             "{} × {} server(s): {} requests ({} duplicates) over {} keys; {} sessions, {} payments, {} refunds, {} declines; \
-             {} requests got no answer; {} server kills, {} database restarts; {} final retries; \
-             money held {} of {} issued (shops {}); violations: {}",
+             {} requests got no answer; {} server kills, {} shop kills, {} database restarts; {} final retries; \
+             money held {} of {} issued (shops {}); {} events in {} delivery attempts, {} shop orders checked; violations: {}",
             self.backend,
             self.servers,
             self.requests,
@@ -548,11 +769,15 @@ impl Report {
             self.declines,
             self.no_answer,
             self.server_kills,
+            self.shop_kills,
             self.database_restarts,
             self.final_retries,
             self.money_held,
             self.money_issued,
             self.shops_hold,
+            self.events,
+            self.webhook_attempts,
+            self.shop_orders,
             self.violations.len()
         )
     }

@@ -32,6 +32,9 @@ async fn main() -> std::process::ExitCode {
     let server_bin = std::env::current_exe()
         .unwrap()
         .with_file_name("checkout-server-chaos");
+    let shop_bin = std::env::current_exe()
+        .unwrap()
+        .with_file_name("demo-shop-chaos");
     let mut reports = Vec::new();
     for (backend, servers) in [(Backend::Postgres, 2), (Backend::Sqlite, 1)] {
         let plan = Plan {
@@ -44,9 +47,15 @@ async fn main() -> std::process::ExitCode {
             cut_percent: 5,
             chaos_every: Duration::from_millis(args.chaos_every_ms),
             min_chaos_acts: args.min_chaos_acts,
+            late_webhook_percent: 5,
         };
         let started = Instant::now();
-        let report = run(&plan, server_bin.to_str().unwrap()).await;
+        let report = run(
+            &plan,
+            server_bin.to_str().unwrap(),
+            shop_bin.to_str().unwrap(),
+        )
+        .await;
         println!(
             "{}  ({:.0} s)",
             report.summary(),
@@ -69,17 +78,17 @@ async fn main() -> std::process::ExitCode {
 fn markdown(args: &Args, reports: &[(Report, Duration)]) -> String {
     let mut md = String::new();
     writeln!(md, "# Reliability\n").unwrap();
-    writeln!(md, "Written by `scripts/campaign` (the `checkout-campaign` command). A population of {} clients acts as 5 shops (added with `checkout-server shop add`) and 50 shoppers: shops make checkout sessions and refund payments, shoppers pay sessions (now and then one already paid), about 30 % of the requests duplicates (two concurrent copies of a new request, or a retry of an earlier key), to servers that cut 5 % of their answers right after the commit. Every {} ms something dies: a server is SIGKILLed and restarted on its port, or (every third time, on PostgreSQL) the database is stopped with `pg_ctl stop -m immediate` and started again. PostgreSQL runs with its durable defaults. Afterwards every key is retried until it has a definite answer, and the campaign checks: every acknowledged session, payment and refund exists exactly once; no key moved money twice; at most one payment per session; every transfer is two ledger rows summing to zero; balance (with a shop's waiting credits) == sum(ledger) for every account, never negative; the money held by all accounts equals the money issued (conservation); refunds never exceed their payment; the stored replay of every key equals what the client first saw.\n", args.clients, args.chaos_every_ms).unwrap();
-    writeln!(md, "| database | servers | requests | duplicates | keys | sessions | payments | refunds | declines | no answer | server kills | database restarts | money held / issued (kopecks) | shops hold | violations | time |").unwrap();
+    writeln!(md, "Written by `scripts/campaign` (the `checkout-campaign` command). A population of {} clients acts for 5 shops and 50 shoppers. Each shop is a real demo shop process (`demo-shop`, its own SQLite database, its webhook receiver with its inbox), added with `checkout-server shop add`: clients order in its storefront (the cart form's token is the key; the shop makes the order's session with its own key), shoppers pay sessions (now and then one already paid), shops refund payments; about 30 % of the requests are duplicates (two concurrent copies of a new request, or a retry of an earlier key). The servers cut 5 % of their answers right after the commit; the shops hold 5 % of their webhook answers past the sender's 1 s timeout, after their own commit. Every {} ms something dies: a server is SIGKILLed and restarted on its port, a shop is SIGKILLed and restarted on its database (every fourth time), or (every third time, on PostgreSQL) the database is stopped with `pg_ctl stop -m immediate` and started again. PostgreSQL runs with its durable defaults. Afterwards every key is retried until it has a definite answer, and the campaign checks: every acknowledged session, payment and refund exists exactly once; no key moved money twice; at most one payment per session; every transfer is two ledger rows summing to zero; balance (with a shop's waiting credits) == sum(ledger) for every account, never negative; the money held by all accounts equals the money issued (conservation); refunds never exceed their payment; the stored replay of every key equals what the client first saw; every payment, refund and lapsed session wrote exactly one event; every event was delivered; and each shop knows every payment and refund of its orders exactly once in effect (order paid by that payment, learned from the webhook; refunded total equal to the checkout's; bonus the state those imply; one inbox entry per event).\n", args.clients, args.chaos_every_ms).unwrap();
+    writeln!(md, "| database | servers | requests | duplicates | keys | sessions | payments | refunds | declines | no answer | server kills | shop kills | database restarts | money held / issued (kopecks) | shops hold | events / delivery attempts | shop orders checked | violations | time |").unwrap();
     writeln!(
         md,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     .unwrap();
     for (r, took) in reports {
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | **{}** | {:.0} s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} / {} | {} | **{}** | {:.0} s |",
             r.backend,
             r.servers,
             r.requests,
@@ -91,10 +100,14 @@ fn markdown(args: &Args, reports: &[(Report, Duration)]) -> String {
             r.declines,
             r.no_answer,
             r.server_kills,
+            r.shop_kills,
             r.database_restarts,
             r.money_held,
             r.money_issued,
             r.shops_hold,
+            r.events,
+            r.webhook_attempts,
+            r.shop_orders,
             r.violations.len(),
             took.as_secs_f64()
         )

@@ -6,6 +6,7 @@ use checkout_reliability::{Plan, run};
 use checkout_testkit::Backend;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
+const SHOP: &str = env!("CARGO_BIN_EXE_demo-shop-chaos");
 
 async fn bounded(backend: Backend, servers: usize) {
     let plan = Plan {
@@ -18,8 +19,9 @@ async fn bounded(backend: Backend, servers: usize) {
         cut_percent: 5,
         chaos_every: Duration::from_millis(300),
         min_chaos_acts: 4,
+        late_webhook_percent: 10,
     };
-    let report = run(&plan, SERVER).await;
+    let report = run(&plan, SERVER, SHOP).await;
     eprintln!("{}", report.summary());
     assert!(
         report.server_kills >= 2,
@@ -38,6 +40,11 @@ async fn bounded(backend: Backend, servers: usize) {
     assert!(
         report.shops_hold > 0,
         "the shops were paid: {}",
+        report.summary()
+    );
+    assert!(
+        report.shop_kills >= 1 && report.events > 0 && report.shop_orders > 0,
+        "the shops were attacked and heard of it: {}",
         report.summary()
     );
     assert!(report.violations.is_empty(), "{:#?}", report.violations);

@@ -3,6 +3,7 @@
 //! in the database itself. Used by the backend's tests and by the browser tests.
 
 pub mod postgres;
+pub mod receiver;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -81,6 +82,12 @@ impl TestDb {
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
+        let mut conn = self.connect().await;
+        sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+    }
+
+    /// A text the database answers (one row, one column).
+    pub async fn scalar_text(&self, sql: &str) -> String {
         let mut conn = self.connect().await;
         sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
     }
@@ -183,6 +190,37 @@ impl TestDb {
                  WHERE p.payment_id IS NULL OR u.account_id <> p.shop_account_id OR u.amount <> p.amount",
             ),
             (
+                "every payment has exactly one payment.succeeded event for its shop",
+                "\
+                SELECT COUNT(*) FROM payments p \
+                  LEFT JOIN (SELECT subject_id, shop_account_id, COUNT(*) AS n FROM webhook_events \
+                              WHERE type = 'payment.succeeded' GROUP BY subject_id, shop_account_id) e \
+                         ON e.subject_id = p.payment_id AND e.shop_account_id = p.shop_account_id \
+                 WHERE p.shop_account_id <> 'acc_before_shops' AND COALESCE(e.n, 0) <> 1",
+            ),
+            (
+                "every refund has exactly one refund.succeeded event, and no event lacks its change",
+                "\
+                SELECT (SELECT COUNT(*) FROM payments p \
+                    LEFT JOIN (SELECT payment_id, COUNT(*) AS n FROM refunds GROUP BY payment_id) r \
+                           ON r.payment_id = p.payment_id \
+                    LEFT JOIN (SELECT subject_id, COUNT(*) AS n FROM webhook_events \
+                                WHERE type = 'refund.succeeded' GROUP BY subject_id) e \
+                           ON e.subject_id = p.payment_id \
+                   WHERE p.shop_account_id <> 'acc_before_shops' AND COALESCE(r.n, 0) <> COALESCE(e.n, 0)) \
+                  + (SELECT COUNT(*) FROM webhook_events e LEFT JOIN payments p ON p.payment_id = e.subject_id \
+                      WHERE e.type IN ('payment.succeeded', 'refund.succeeded') AND p.payment_id IS NULL)",
+            ),
+            (
+                "every session that lapsed unpaid has exactly one checkout_session.expired event",
+                "\
+                SELECT COUNT(*) FROM (SELECT s.session_id FROM checkout_sessions s \
+                  LEFT JOIN webhook_events e ON e.subject_id = s.session_id \
+                       AND e.type = 'checkout_session.expired' \
+                 WHERE s.status = 'expired' \
+                 GROUP BY s.session_id HAVING COUNT(e.event_id) <> 1) t",
+            ),
+            (
                 "every committed key is done and has its stored response",
                 "\
                 SELECT COUNT(*) FROM idempotency_keys \
@@ -237,44 +275,7 @@ impl Server {
         for (name, value) in env {
             command.env(name, value);
         }
-        let mut child = command.spawn().expect("checkout-server starts");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (addr_tx, addr_rx) = mpsc::channel();
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let (log, addr_tx) = (log.clone(), addr_tx.clone());
-            // Keep draining the pipe for the server's whole life, or it would block on a full pipe.
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    if let Some(rest) = line.split("listening on http://").nth(1) {
-                        let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
-                        let _ = addr_tx.send(addr);
-                    }
-                    let mut log = log.lock().unwrap();
-                    // Bounded: a benchmark's server logs a line per request.
-                    if log.len() >= 200_000 {
-                        log.drain(..100_000);
-                    }
-                    log.push(line);
-                }
-            });
-        }
-        // Only the readers hold a sender now: a server that exits ends the wait at once.
-        drop(addr_tx);
-        let addr =
-            tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(60)))
-                .await
-                .unwrap();
-        let addr = match addr {
-            Ok(addr) => addr,
-            Err(_) => panic!(
-                "the server did not start ({:?}):\n{}",
-                child.try_wait(),
-                log.lock().unwrap().join("\n")
-            ),
-        };
+        let Listening { child, log, addr } = listening(command, "checkout-server").await;
         Server {
             base: format!("http://{addr}"),
             binary: binary.to_owned(),
@@ -322,6 +323,18 @@ impl Server {
     pub async fn add_shop(&self, name: &str) -> Shop {
         add_shop(&self.binary, &self.database_url, &self.base, name).await
     }
+
+    /// A new shop whose events go to `webhook_url`.
+    pub async fn add_shop_with_webhook(&self, name: &str, webhook_url: &str) -> Shop {
+        add_shop_with(
+            &self.binary,
+            &self.database_url,
+            &self.base,
+            name,
+            Some(webhook_url),
+        )
+        .await
+    }
 }
 
 /// A shop as a test drives it: its secrets (shown once, by `shop add`) and its API client.
@@ -334,8 +347,23 @@ pub struct Shop {
 
 /// Runs `checkout-server shop add --name NAME` over `database_url` and reads its one JSON line.
 pub async fn add_shop(binary: &str, database_url: &str, base: &str, name: &str) -> Shop {
+    add_shop_with(binary, database_url, base, name, None).await
+}
+
+/// `shop add`, with a webhook URL if given.
+pub async fn add_shop_with(
+    binary: &str,
+    database_url: &str,
+    base: &str,
+    name: &str,
+    webhook_url: Option<&str>,
+) -> Shop {
+    let mut args = vec!["shop", "add", "--name", name];
+    if let Some(url) = webhook_url {
+        args.extend(["--webhook-url", url]);
+    }
     let output = tokio::process::Command::new(binary)
-        .args(["shop", "add", "--name", name])
+        .args(&args)
         .env("DATABASE_URL", database_url)
         .env("RUST_LOG", "warn")
         .output()
@@ -406,6 +434,240 @@ pub fn session_request(order_id: &str, amount: i64) -> Value {
 /// The body of a payment of this session.
 pub fn pay_session(session_id: &str) -> Value {
     json!({ "checkout_session_id": session_id })
+}
+
+/// A started process, its log (both pipes, line by line) and the address it announced.
+struct Listening {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    addr: String,
+}
+
+/// Spawns `command` and waits for its `listening on http://ADDR` line.
+async fn listening(mut command: Command, what: &str) -> Listening {
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} starts: {e}"));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (addr_tx, addr_rx) = mpsc::channel();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let (log, addr_tx) = (log.clone(), addr_tx.clone());
+        // Keep draining the pipe for the server's whole life, or it would block on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+                    let _ = addr_tx.send(addr);
+                }
+                let mut log = log.lock().unwrap();
+                // Bounded: a benchmark's server logs a line per request.
+                if log.len() >= 200_000 {
+                    log.drain(..100_000);
+                }
+                log.push(line);
+            }
+        });
+    }
+    // Only the readers hold a sender now: a server that exits ends the wait at once.
+    drop(addr_tx);
+    let addr = tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let addr = match addr {
+        Ok(addr) => addr,
+        Err(_) => panic!(
+            "{what} did not start ({:?}):\n{}",
+            child.try_wait(),
+            log.lock().unwrap().join("\n")
+        ),
+    };
+    Listening { child, log, addr }
+}
+
+/// A running demo shop (`demo-shop`): its own SQLite database in a temporary directory, the
+/// checkout at `checkout_base`, the demo shop's credentials from `credentials_file`.
+pub struct DemoShop {
+    pub base: String,
+    pub database: std::path::PathBuf,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    dir: Arc<tempfile::TempDir>,
+    /// How it was started, to start it again on the same address and database.
+    binary: String,
+    checkout_base: String,
+    credentials_file: std::path::PathBuf,
+}
+
+impl DemoShop {
+    pub async fn start(
+        binary: &str,
+        checkout_base: &str,
+        credentials_file: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> DemoShop {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        DemoShop::spawn(binary, checkout_base, credentials_file, env, dir).await
+    }
+
+    /// The same shop again (same address, same database) after it died or was killed.
+    pub async fn restart(&mut self, env: &[(&str, &str)]) {
+        self.kill();
+        let addr = self.base.trim_start_matches("http://").to_owned();
+        let mut env = env.to_vec();
+        env.push(("SHOP_ADDR", &addr));
+        let again = DemoShop::spawn(
+            &self.binary,
+            &self.checkout_base,
+            &self.credentials_file,
+            &env,
+            self.dir.clone(),
+        )
+        .await;
+        let old = std::mem::replace(self, again);
+        // The old handle's child is gone already; its drop kills nothing that lives.
+        drop(old);
+    }
+
+    /// `true` once the process has ended on its own (a crash).
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    async fn spawn(
+        binary: &str,
+        checkout_base: &str,
+        credentials_file: &std::path::Path,
+        env: &[(&str, &str)],
+        dir: Arc<tempfile::TempDir>,
+    ) -> DemoShop {
+        let database = dir.path().join("demo-shop.db");
+        let mut command = Command::new(binary);
+        command
+            .env("SHOP_ADDR", "127.0.0.1:0")
+            .env(
+                "SHOP_DATABASE_URL",
+                format!("sqlite://{}", database.display()),
+            )
+            .env("CHECKOUT_URL", format!("{checkout_base}/"))
+            .env("SHOP_CREDENTIALS_FILE", credentials_file)
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let Listening { child, log, addr } = listening(command, "demo-shop").await;
+        DemoShop {
+            base: format!("http://{addr}"),
+            database,
+            child,
+            log,
+            dir,
+            binary: binary.to_owned(),
+            checkout_base: checkout_base.to_owned(),
+            credentials_file: credentials_file.to_owned(),
+        }
+    }
+
+    /// A number the shop's own database answers (`SELECT COUNT(*) …`).
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}", self.database.display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        let value: i64 = sqlx::query_scalar(sql).fetch_one(&mut db).await.unwrap();
+        value
+    }
+
+    /// Every order as the shop's database holds it.
+    pub async fn orders(&self) -> Vec<ShopOrder> {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}", self.database.display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        let rows: Vec<ShopOrderRow> = sqlx::query_as(
+            "SELECT id, state, payment_id, amount, refunded, \
+                        (SELECT points FROM bonuses b WHERE b.order_id = orders.id), \
+                        paid_via, checkout_session_id FROM orders",
+        )
+        .fetch_all(&mut db)
+        .await
+        .unwrap();
+        rows.into_iter()
+            .map(
+                |(id, state, payment_id, amount, refunded, bonus, paid_via, session_id)| {
+                    ShopOrder {
+                        id,
+                        state,
+                        payment_id,
+                        amount,
+                        refunded,
+                        bonus,
+                        paid_via,
+                        session_id,
+                    }
+                },
+            )
+            .collect()
+    }
+
+    /// A text the shop's own database answers, if any row.
+    pub async fn text(&self, sql: &str) -> Option<String> {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}", self.database.display());
+        let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query_scalar(sql)
+            .fetch_optional(&mut db)
+            .await
+            .unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn log_handle(&self) -> impl Fn() -> String + Send + 'static {
+        let log = self.log.clone();
+        move || log.lock().unwrap().join("\n")
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (id, state, payment_id, amount, refunded, bonus, paid_via, checkout_session_id)
+type ShopOrderRow = (
+    String,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+);
+
+/// An order as the demo shop holds it.
+#[derive(Clone, Debug)]
+pub struct ShopOrder {
+    pub id: String,
+    pub state: String,
+    pub payment_id: Option<String>,
+    pub amount: i64,
+    pub refunded: i64,
+    pub bonus: Option<i64>,
+    pub paid_via: Option<String>,
+    pub session_id: Option<String>,
+}
+
+impl Drop for DemoShop {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 impl Drop for Server {

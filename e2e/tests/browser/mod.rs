@@ -1,6 +1,7 @@
 //! A shopper in a real browser: Debian's headless Chromium driven through chromedriver (started
-//! here on a free port), on a checkout-server with fault injection serving the release-built
-//! widget. A failing scenario leaves a screenshot under `target/e2e-screenshots/`.
+//! here on a free port), buying in the demo shop (its own process and database), whose order
+//! page embeds the release-built widget served by a checkout-server with fault injection, on
+//! another origin. A failing scenario leaves a screenshot under `target/e2e-screenshots/`.
 //!
 //! Shared by the test binaries `checkout` and `intents`; each uses part of it.
 #![allow(dead_code)]
@@ -13,12 +14,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use checkout_testkit::{Api, Backend, OPENING_BALANCE, Server, TestDb};
+use checkout_testkit::{Api, Backend, DemoShop, OPENING_BALANCE, Server, TestDb};
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt;
 use serde_json::{Value, json};
 
 pub const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-faults");
+pub const SHOP: &str = env!("CARGO_BIN_EXE_demo-shop-for-tests");
+
+/// The demo shop's cart every scenario buys unless it says otherwise (2 × 150,00 ₽ + 150,00 ₽).
+pub const CART_ITEMS: [(&str, u32); 2] = [("ethiopia", 2), ("filters", 1)];
 
 /// The first demo cart: 2 × 150,00 ₽ + 150,00 ₽.
 pub const CART: i64 = 45_000;
@@ -74,11 +79,14 @@ impl Drop for Chromedriver {
     }
 }
 
-/// One scenario's world: a database, a server over it, a browser, and the shopper's session.
+/// One scenario's world: a database, a checkout server over it, the demo shop, a browser.
 pub struct Checkout {
     pub db: TestDb,
     pub server: Server,
+    pub shop: DemoShop,
     pub browser: Client,
+    /// Where the demo checkout writes the demo shop's credentials, for the shop to read.
+    credentials: Arc<tempfile::TempDir>,
     /// Shared with [`Checkout::run`], so that a failed scenario can still be photographed.
     _driver: Arc<Chromedriver>,
     _profile: Arc<tempfile::TempDir>,
@@ -87,7 +95,23 @@ pub struct Checkout {
 impl Checkout {
     pub async fn start(backend: Backend, faults: &str, env: &[(&str, &str)]) -> Checkout {
         let db = TestDb::new(backend).await;
-        let server = start_server(&db, faults, None, env).await;
+        let credentials = Arc::new(tempfile::tempdir().unwrap());
+        // The checkout's address is fixed first (the shop calls it); the shop starts next, on
+        // a port of its own, and reads the credentials the checkout writes once it needs them;
+        // then the checkout starts, sending the shop's webhooks to it.
+        let checkout_port = checkout_testkit::postgres::free_port().to_string();
+        let shop = DemoShop::start(
+            SHOP,
+            &format!("http://127.0.0.1:{checkout_port}"),
+            &credentials.path().join(CREDENTIALS),
+            &[],
+        )
+        .await;
+        let webhook_url = format!("{}/webhooks/checkout", shop.base);
+        let mut env = env.to_vec();
+        env.push(("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url));
+        let server =
+            start_server(&db, faults, Some(&checkout_port), &env, credentials.path()).await;
         let port = checkout_testkit::postgres::free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -127,6 +151,8 @@ impl Checkout {
         Checkout {
             db,
             server,
+            shop,
+            credentials,
             browser,
             _driver: driver,
             _profile: profile,
@@ -148,6 +174,7 @@ impl Checkout {
         let checkout = Checkout::start(backend, faults, env).await;
         let browser = checkout.browser.clone();
         let log = checkout.server.log_handle();
+        let shop_log = checkout.shop.log_handle();
         let _keep_alive = (checkout._driver.clone(), checkout._profile.clone());
         match AssertUnwindSafe(scenario(checkout)).catch_unwind().await {
             Ok(checkout) => {
@@ -162,6 +189,7 @@ impl Checkout {
                     eprintln!("screenshot of the failure: {}", file.display());
                 }
                 eprintln!("server log:\n{}", log());
+                eprintln!("demo shop log:\n{}", shop_log());
                 let _ = browser.close().await;
                 std::panic::resume_unwind(panic);
             }
@@ -177,15 +205,47 @@ impl Checkout {
         }
     }
 
-    pub fn url(&self) -> String {
-        format!("{}/", self.server.base)
+    /// The order page the shopper is on (where the widget is).
+    pub async fn url(&self) -> String {
+        self.browser.current_url().await.unwrap().to_string()
     }
 
-    /// Opens the checkout and waits until the shopper has a session and a balance.
+    /// Buys the usual cart: the storefront, «Оформить заказ», the order page with the widget,
+    /// which has a shopper and a balance.
     pub async fn open(&self) {
-        self.browser.goto(&self.url()).await.unwrap();
-        self.wait_for(".balance").await;
+        self.order(&CART_ITEMS).await;
+    }
+
+    /// Orders these `(product, quantity)` in the storefront and waits on the order page until
+    /// the widget shows the order and the shopper's balance.
+    pub async fn order(&self, cart: &[(&str, u32)]) {
+        self.browser
+            .goto(&format!("{}/", self.shop.base))
+            .await
+            .unwrap();
+        self.wait_for("button.checkout").await;
+        for (product, quantity) in cart {
+            self.type_into(&format!("input[name=qty_{product}]"), &quantity.to_string())
+                .await;
+        }
+        self.click("button.checkout", 1).await;
+        self.wait_for(".checkout .balance").await;
+        self.wait_for("button.pay:not([disabled])").await;
         self.record_statuses().await;
+    }
+
+    /// The checkout session the order page's widget pays.
+    pub async fn session_id(&self) -> String {
+        self.js("return document.querySelector('[data-checkout-session]').dataset.checkoutSession;")
+            .await
+            .as_str()
+            .expect("a widget on the page")
+            .to_owned()
+    }
+
+    /// Where the widget keeps its state in `sessionStorage`: under its session.
+    pub async fn state_key(&self) -> String {
+        format!("checkout.state.{}", self.session_id().await)
     }
 
     pub async fn reload(&self) {
@@ -246,6 +306,25 @@ impl Checkout {
             .unwrap_or_else(|e| panic!("{script}: {e}"))
     }
 
+    /// Runs `script`, which ends by calling `done(value)`; returns that value.
+    pub async fn js_async(&self, script: &str) -> Value {
+        let script = format!("const done = arguments[arguments.length - 1];\n{script}");
+        self.browser
+            .execute_async(&script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// The API as the demo shop, with the secret key the checkout gave it at its last start.
+    pub fn shop_api(&self) -> Api {
+        let text = std::fs::read_to_string(self.credentials.path().join(CREDENTIALS)).unwrap();
+        let credentials: Value = serde_json::from_str(&text).unwrap();
+        Api {
+            token: Some(credentials["secret_key"].as_str().unwrap().to_owned()),
+            ..self.server.api()
+        }
+    }
+
     /// Clicks `times` times within one JavaScript task: no re-render happens in between, so
     /// the button's own disabling cannot be what keeps the payment single.
     pub async fn click(&self, css: &str, times: usize) {
@@ -286,8 +365,9 @@ impl Checkout {
 
     /// The widget's saved state, as it is in `sessionStorage` (inside its versioned envelope).
     pub async fn saved_state(&self) -> Value {
+        let key = self.state_key().await;
         let text = self
-            .js("return sessionStorage.getItem('checkout.state');")
+            .js(&format!("return sessionStorage.getItem({key:?});"))
             .await;
         let saved: Value = serde_json::from_str(text.as_str().expect("a saved state")).unwrap();
         match saved.get("checkout") {
@@ -335,7 +415,51 @@ impl Checkout {
         assert_eq!(payment.json()["amount"], CART);
         assert_eq!(self.payments_in_db().await, 1);
         self.db.assert_invariants().await;
+        self.assert_shop_order_paid(&payment_id).await;
         payment_id
+    }
+
+    /// The host page heard `checkout:paid` once, with this payment, and the shop, having asked
+    /// the checkout itself, holds its order paid by it, once.
+    pub async fn assert_shop_order_paid(&self, payment_id: &str) {
+        self.wait_for_text("#order-state", "Заказ оплачен").await;
+        let events = self.js("return window.shop.events;").await;
+        let paid: Vec<&Value> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "checkout:paid")
+            .collect();
+        assert_eq!(paid.len(), 1, "one checkout:paid for the page: {events}");
+        assert_eq!(paid[0]["payment_id"], payment_id);
+        let order = self.order_id().await;
+        assert_eq!(
+            self.shop
+                .text(&format!(
+                    "SELECT payment_id FROM orders WHERE id = '{order}' AND state = 'paid'"
+                ))
+                .await
+                .as_deref(),
+            Some(payment_id),
+            "the shop's order is paid by this payment"
+        );
+        assert_eq!(
+            self.shop
+                .scalar(&format!(
+                    "SELECT COUNT(*) FROM orders WHERE payment_id = '{payment_id}'"
+                ))
+                .await,
+            1
+        );
+    }
+
+    /// The shop's order on the page.
+    pub async fn order_id(&self) -> String {
+        self.js("return document.querySelector('[data-order]').dataset.order;")
+            .await
+            .as_str()
+            .expect("an order page")
+            .to_owned()
     }
 
     /// The server executed the payment once; every other copy that reached it was a replay or
@@ -368,6 +492,11 @@ impl Checkout {
         outcomes(&self.server.log(), "/refunds ")
     }
 
+    /// The same for the shop's session creations.
+    pub fn session_outcomes(&self) -> Vec<String> {
+        outcomes(&self.server.log(), "uri=/api/checkout-sessions ")
+    }
+
     /// Opens the page in a second tab, which starts with a copy of this tab's
     /// `sessionStorage` (as browsers do for a tab opened from another), and returns both
     /// handles (this tab's first). The second tab is the current one afterwards.
@@ -391,7 +520,15 @@ impl Checkout {
     pub async fn restart_server_on_same_port(&mut self) {
         self.server.kill();
         let port = self.server.base.rsplit(':').next().unwrap().to_owned();
-        self.server = start_server(&self.db, "", Some(&port), &[]).await;
+        let webhook_url = format!("{}/webhooks/checkout", self.shop.base);
+        self.server = start_server(
+            &self.db,
+            "",
+            Some(&port),
+            &[("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url)],
+            self.credentials.path(),
+        )
+        .await;
     }
 }
 
@@ -400,17 +537,22 @@ async fn start_server(
     faults: &str,
     port: Option<&str>,
     env: &[(&str, &str)],
+    credentials: &std::path::Path,
 ) -> Server {
     let addr = format!("127.0.0.1:{}", port.unwrap_or("0"));
     let dist = dist();
+    let credentials = credentials.join(CREDENTIALS).display().to_string();
     let mut settings = vec![
         ("CHECKOUT_FAULTS", faults),
         ("CHECKOUT_STATIC_DIR", dist.as_str()),
         ("CHECKOUT_ADDR", addr.as_str()),
+        ("CHECKOUT_DEMO_SHOP_FILE", credentials.as_str()),
     ];
     settings.extend_from_slice(env);
     Server::start_with(SERVER, db, &settings).await
 }
+
+const CREDENTIALS: &str = "demo-shop.json";
 
 /// Reads `idempotency=…` off the server's one-line-per-response log.
 fn outcomes(log: &str, route: &str) -> Vec<String> {

@@ -1,0 +1,410 @@
+//! Events to the shops, against a real server over real SQLite and real PostgreSQL and a real
+//! webhook endpoint on loopback: every payment and refund writes its event with the money, and
+//! the shop receives it signed (Standard Webhooks), in order, at least once, retried with
+//! growing pauses, marked dead after its schedule, redelivered on request.
+
+use std::time::Duration;
+
+use checkout_testkit as support;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
+
+use axum::http::HeaderMap;
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::receiver::{Answer, Delivery, Receiver};
+use support::{Api, Backend, Server, Shop, TestDb, new_key};
+
+checkout_testkit::on_both_databases!(
+    payment_and_refund_reach_the_shop_signed_and_in_order,
+    a_failing_endpoint_is_retried_with_growing_pauses,
+    an_endpoint_that_never_answers_is_dead_then_redelivered_by_hand,
+    a_server_killed_mid_delivery_sends_the_event_again_after_restart,
+    a_dead_shop_endpoint_delays_only_its_own_events,
+    events_are_listed_newest_first_in_pages,
+    a_session_that_lapses_unpaid_is_told_to_its_shop,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_deliver_a_backlog_of_a_thousand_events_once_each() {
+    use futures::StreamExt;
+    let db = TestDb::new(Backend::Postgres).await;
+    // An instance that looks for due events only every ten minutes: the backlog builds up.
+    let mut slow = FAST.to_vec();
+    slow[0] = ("CHECKOUT_WEBHOOK_POLL_MS", "600000");
+    let mut builder = Server::start_with(SERVER, &db, &slow).await;
+    let receiver = Receiver::start().await;
+    let shop = builder
+        .add_shop_with_webhook("Лавка с очередью", &receiver.url)
+        .await;
+    let shoppers: Vec<Api> =
+        futures::future::join_all((0..10).map(|_| async { builder.api().shopper().await })).await;
+    let paid = futures::stream::iter(0..1_000)
+        .map(|n| {
+            let (shop, shopper) = (shop.clone(), shoppers[n % 10].clone());
+            async move {
+                let body = shop.checkout(&format!("Q-{n}"), 100).await;
+                shopper.pay(&new_key(), &body).await.status
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(paid.iter().all(|s| *s == StatusCode::CREATED));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM webhook_events WHERE status = 'pending'")
+            .await,
+        1_000
+    );
+
+    // Two instances that deliver take over.
+    builder.kill();
+    assert!(receiver.deliveries().is_empty());
+    let first = Server::start_with(SERVER, &db, &FAST).await;
+    let second = Server::start_with(SERVER, &db, &FAST).await;
+    support::wait_until(
+        "the backlog was never delivered",
+        Duration::from_secs(120),
+        || async {
+            db.scalar("SELECT COUNT(*) FROM webhook_events WHERE status = 'delivered'")
+                .await
+                == 1_000
+        },
+    )
+    .await;
+    let got = receiver.deliveries();
+    let distinct: std::collections::HashSet<&str> =
+        got.iter().map(|d| d.webhook_id.as_str()).collect();
+    assert_eq!(distinct.len(), 1_000, "every event reached the shop");
+    assert_eq!(got.len(), 1_000, "none was sent twice (no attempt failed)");
+    for delivery in got.iter().step_by(97) {
+        verify(&shop, delivery);
+    }
+    let sent_by = |server: &Server| server.log().matches("webhook delivered").count();
+    assert_eq!(sent_by(&first) + sent_by(&second), 1_000);
+    assert!(
+        sent_by(&first) > 0 && sent_by(&second) > 0,
+        "both instances took part: {} and {}",
+        sent_by(&first),
+        sent_by(&second)
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM webhook_events WHERE attempts <> 1")
+            .await,
+        0
+    );
+    db.assert_invariants().await;
+}
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// Quick schedules, so that a test sees a whole one.
+const FAST: [(&str, &str); 4] = [
+    ("CHECKOUT_WEBHOOK_POLL_MS", "10"),
+    ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "40"),
+    ("CHECKOUT_WEBHOOK_ATTEMPTS", "6"),
+    ("CHECKOUT_WEBHOOK_TIMEOUT_MS", "300"),
+];
+
+struct World {
+    db: TestDb,
+    server: Server,
+    shopper: Api,
+    shop: Shop,
+    receiver: Receiver,
+}
+
+async fn world(backend: Backend) -> World {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(SERVER, &db, &FAST).await;
+    let receiver = Receiver::start().await;
+    let shopper = server.api().shopper().await;
+    let shop = server
+        .add_shop_with_webhook("Лавка событий", &receiver.url)
+        .await;
+    World {
+        db,
+        server,
+        shopper,
+        shop,
+        receiver,
+    }
+}
+
+/// Pays a new session of `amount` for `order`: the payment's id.
+async fn pay(w: &World, order: &str, amount: i64) -> String {
+    let body = w.shop.checkout(order, amount).await;
+    let paid = w.shopper.pay(&new_key(), &body).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
+    paid.json()["payment_id"].as_str().unwrap().to_owned()
+}
+
+fn verify(shop: &Shop, delivery: &Delivery) {
+    let hook = standardwebhooks::Webhook::new(&shop.signing_secret).unwrap();
+    hook.verify(delivery.body.as_bytes(), &delivery.headers)
+        .unwrap_or_else(|e| panic!("{e}: {delivery:?}"));
+    let mut forged = HeaderMap::new();
+    for (name, value) in &delivery.headers {
+        forged.insert(name, value.clone());
+    }
+    forged.insert("webhook-id", "evt_someone_else".parse().unwrap());
+    assert!(hook.verify(delivery.body.as_bytes(), &forged).is_err());
+}
+
+fn body(delivery: &Delivery) -> Value {
+    serde_json::from_str(&delivery.body).unwrap()
+}
+
+async fn events(shop: &Shop, query: &str) -> Value {
+    let answer = shop.api.get(&format!("/api/events{query}")).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    answer.json()
+}
+
+/// Waits until the event's delivery state is `status`.
+async fn wait_for_status(shop: &Shop, event_id: &str, status: &str) -> Value {
+    support::wait_until(
+        &format!("{event_id} never became {status}"),
+        WITHIN,
+        || async {
+            shop.api
+                .get(&format!("/api/events/{event_id}"))
+                .await
+                .json()["status"]
+                == status
+        },
+    )
+    .await;
+    shop.api
+        .get(&format!("/api/events/{event_id}"))
+        .await
+        .json()
+}
+
+async fn payment_and_refund_reach_the_shop_signed_and_in_order(backend: Backend) {
+    let w = world(backend).await;
+    let payment = pay(&w, "ORD-1", 30_000).await;
+    let refunded = w.shop.refund(&payment, &new_key(), 10_000).await;
+    assert_eq!(refunded.status, StatusCode::CREATED);
+
+    let got = w.receiver.wait_for(2, WITHIN).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (first, second) = (body(&got[0]), body(&got[1]));
+    assert_eq!(first["type"], "payment.succeeded");
+    assert_eq!(first["data"]["payment_id"], payment.as_str());
+    assert_eq!(first["data"]["order_id"], "ORD-1");
+    assert_eq!(first["data"]["amount"], 30_000);
+    assert!(
+        first["data"].get("balance").is_none(),
+        "the shopper's balance is not the shop's business"
+    );
+    assert_eq!(second["type"], "refund.succeeded");
+    assert_eq!(second["data"]["payment_id"], payment.as_str());
+    assert_eq!(second["data"]["order_id"], "ORD-1");
+    assert_eq!(second["data"]["amount"], 10_000);
+    for delivery in &got {
+        verify(&w.shop, delivery);
+        assert!(delivery.webhook_id.starts_with("evt_"));
+    }
+
+    // The shop's list says the same: delivered, once each, newest first.
+    let listed = events(&w.shop, "").await;
+    let listed = listed["events"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0]["event_id"], got[1].webhook_id.as_str());
+    assert_eq!(listed[1]["event_id"], got[0].webhook_id.as_str());
+    for event in &listed {
+        let event =
+            wait_for_status(&w.shop, event["event_id"].as_str().unwrap(), "delivered").await;
+        assert_eq!(event["attempts"], 1);
+    }
+    // Another shop sees none of them; a shopper may not ask.
+    let other = w.server.add_shop("Чужая лавка").await;
+    assert_eq!(events(&other, "").await["events"], serde_json::json!([]));
+    w.shopper
+        .get("/api/events")
+        .await
+        .assert_problem(403, "forbidden");
+    w.db.assert_invariants().await;
+}
+
+async fn a_failing_endpoint_is_retried_with_growing_pauses(backend: Backend) {
+    let w = world(backend).await;
+    w.receiver
+        .answer(vec![Answer::Status(500); 5], Answer::Status(200));
+    pay(&w, "ORD-2", 5_000).await;
+    let got = w.receiver.wait_for(6, WITHIN).await;
+    assert_eq!(got.len(), 6, "delivered on the sixth attempt");
+    assert!(
+        got.iter().all(|d| d.webhook_id == got[0].webhook_id),
+        "one webhook-id throughout"
+    );
+    let pauses: Vec<Duration> = got.windows(2).map(|w| w[1].at - w[0].at).collect();
+    for pair in pauses.windows(2) {
+        assert!(pair[1] > pair[0], "the pauses grow: {pauses:?}");
+    }
+    let event = wait_for_status(&w.shop, &got[0].webhook_id, "delivered").await;
+    assert_eq!(event["attempts"], 6);
+    w.db.assert_invariants().await;
+}
+
+async fn an_endpoint_that_never_answers_is_dead_then_redelivered_by_hand(backend: Backend) {
+    let w = world(backend).await;
+    w.receiver.answer(vec![], Answer::Never);
+    pay(&w, "ORD-3", 5_000).await;
+    let got = w.receiver.wait_for(6, WITHIN).await;
+    let event_id = got[0].webhook_id.clone();
+    let dead = wait_for_status(&w.shop, &event_id, "dead").await;
+    assert_eq!(dead["attempts"], 6);
+    assert_eq!(dead["last_error"], "no answer within the timeout");
+    assert_eq!(
+        w.receiver.deliveries().len(),
+        6,
+        "nothing after the schedule"
+    );
+
+    // The shop fixes its endpoint and asks for the event again.
+    w.receiver.answer(vec![], Answer::Status(200));
+    let again = w
+        .shop
+        .api
+        .send(w.shop.api.post(
+            &format!("/api/events/{event_id}/redelivery"),
+            None,
+            &serde_json::json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(again.status, StatusCode::ACCEPTED, "{}", again.body);
+    let delivered = wait_for_status(&w.shop, &event_id, "delivered").await;
+    assert_eq!(delivered["attempts"], 1, "a fresh schedule");
+    let last = w.receiver.deliveries().last().cloned().unwrap();
+    assert_eq!(
+        last.webhook_id, event_id,
+        "the same event, the same webhook-id"
+    );
+    verify(&w.shop, &last);
+    // Someone else's event, or none: not found.
+    let other = w.server.add_shop("Чужая лавка").await;
+    let refused = other
+        .api
+        .send(other.api.post(
+            &format!("/api/events/{event_id}/redelivery"),
+            None,
+            &serde_json::json!({}),
+        ))
+        .await
+        .unwrap();
+    refused.assert_problem(404, "not_found");
+}
+
+async fn a_server_killed_mid_delivery_sends_the_event_again_after_restart(backend: Backend) {
+    let mut w = world(backend).await;
+    // The first attempt reaches the shop, which holds it: the server dies before any answer.
+    w.receiver.answer(vec![Answer::Never], Answer::Status(200));
+    pay(&w, "ORD-4", 5_000).await;
+    let first = w.receiver.wait_for(1, WITHIN).await[0].clone();
+    w.server.kill();
+    w.server = Server::start_with(SERVER, &w.db, &FAST).await;
+    let got = w.receiver.wait_for(2, WITHIN).await;
+    assert_eq!(
+        got[1].webhook_id, first.webhook_id,
+        "sent again, same webhook-id"
+    );
+    let shop = Shop {
+        api: w.shop.api.on(&w.server),
+        ..w.shop.clone()
+    };
+    wait_for_status(&shop, &first.webhook_id, "delivered").await;
+    w.db.assert_invariants().await;
+}
+
+async fn a_dead_shop_endpoint_delays_only_its_own_events(backend: Backend) {
+    let w = world(backend).await;
+    w.receiver.answer(vec![], Answer::Never);
+    let healthy = Receiver::start().await;
+    let other = w
+        .server
+        .add_shop_with_webhook("Быстрая лавка", &healthy.url)
+        .await;
+    for n in 0..5 {
+        pay(&w, &format!("SLOW-{n}"), 1_000).await;
+    }
+    let body = other.checkout("FAST-1", 2_000).await;
+    assert_eq!(
+        w.shopper.pay(&new_key(), &body).await.status,
+        StatusCode::CREATED
+    );
+    let got = healthy.wait_for(1, WITHIN).await;
+    assert_eq!(body_of(&got[0])["data"]["order_id"], "FAST-1");
+    verify(&other, &got[0]);
+}
+
+fn body_of(delivery: &Delivery) -> Value {
+    body(delivery)
+}
+
+async fn events_are_listed_newest_first_in_pages(backend: Backend) {
+    let w = world(backend).await;
+    for n in 1..=3 {
+        pay(&w, &format!("ORD-P{n}"), 1_000 * n).await;
+    }
+    let first = events(&w.shop, "?limit=2").await;
+    assert_eq!(first["has_more"], true);
+    let page: Vec<&Value> = first["events"].as_array().unwrap().iter().collect();
+    assert_eq!(page.len(), 2);
+    assert_eq!(page[0]["body"]["data"]["order_id"], "ORD-P3");
+    assert_eq!(page[1]["body"]["data"]["order_id"], "ORD-P2");
+    let next = first["next_page"].as_str().unwrap();
+    let second = events(&w.shop, &format!("?limit=2&starting_after={next}")).await;
+    assert_eq!(second["has_more"], false);
+    assert_eq!(second["events"][0]["body"]["data"]["order_id"], "ORD-P1");
+    w.shop
+        .api
+        .get("/api/events?limit=0")
+        .await
+        .assert_problem(400, "invalid_request");
+    w.shop
+        .api
+        .get("/api/events?starting_after=evt_nope")
+        .await
+        .assert_problem(400, "invalid_request");
+}
+
+async fn a_session_that_lapses_unpaid_is_told_to_its_shop(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let mut env = FAST.to_vec();
+    env.extend([
+        ("CHECKOUT_SESSION_TTL_SECS", "1"),
+        ("CHECKOUT_SWEEP_SECS", "1"),
+    ]);
+    let server = Server::start_with(SERVER, &db, &env).await;
+    let receiver = Receiver::start().await;
+    let shop = server
+        .add_shop_with_webhook("Лавка ожидания", &receiver.url)
+        .await;
+    let session = shop.session("ORD-LATE", 7_000).await;
+    let got = receiver.wait_for(1, WITHIN).await;
+    let event = body(&got[0]);
+    assert_eq!(event["type"], "checkout_session.expired");
+    assert_eq!(event["data"]["session_id"], session.as_str());
+    assert_eq!(event["data"]["order_id"], "ORD-LATE");
+    verify(&shop, &got[0]);
+    // Paying it now is refused, and nothing more is told.
+    let shopper = server.api().shopper().await;
+    let late = shopper
+        .pay(&new_key(), &support::pay_session(&session))
+        .await;
+    late.assert_problem(410, "session_expired");
+    let view = server
+        .api()
+        .get(&format!("/api/checkout-sessions/{session}"))
+        .await;
+    assert_eq!(view.json()["status"], "expired");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM webhook_events").await,
+        1,
+        "one event for the session"
+    );
+    db.assert_invariants().await;
+}
