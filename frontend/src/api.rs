@@ -9,11 +9,13 @@ use checkout_shared::{
     IDEMPOTENCY_KEY_HEADER, KeyState, Payment, PaymentDetails, PaymentStatus, Refund,
 };
 use futures::future::{Either, select};
-use gloo_net::http::{Request, Response};
 use serde::de::DeserializeOwned;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Headers, RequestInit, Response};
 
 use crate::intent::{Attempt, Lookup};
-use crate::json;
+use crate::json::{self, Node};
 
 #[wasm_bindgen::prelude::wasm_bindgen(
     inline_js = "export function widget_origin() { return new URL(import.meta.url).origin; }"
@@ -47,17 +49,14 @@ pub enum Failure {
 }
 
 pub async fn demo_session() -> Result<DemoSession, Failure> {
-    fetch_json(Request::post(&url("/api/demo/session"))).await
+    fetch_json(Call::new("POST", "/api/demo/session".into())).await
 }
 
 /// The demo shop's cart `cart` as a checkout session, made by the server (the page names a
 /// cart, never an amount).
 pub async fn demo_checkout_session(cart: u32) -> Result<CheckoutSession, Failure> {
-    let request = Request::post(&url("/api/demo/checkout-session"))
-        .header("Content-Type", "application/json")
-        .body(json::to_string(&DemoCart { cart }).unwrap_or_default())
-        .map_err(|_| Failure::Unavailable)?;
-    json_of(request.send().await).await
+    let body = json::to_string(&DemoCart { cart }).unwrap_or_default();
+    fetch_json(Call::new("POST", "/api/demo/checkout-session".into()).body(body)).await
 }
 
 /// A checkout session's public view: what the shop asks to be paid.
@@ -66,17 +65,16 @@ pub async fn checkout_session(session_id: &str) -> Result<CheckoutSession, Failu
         "/api/checkout-sessions/{}",
         js_sys::encode_uri_component(session_id)
     );
-    fetch_json(Request::get(&url(&path))).await
+    fetch_json(Call::new("GET", path)).await
 }
 
 pub async fn account(token: &str) -> Result<Account, Failure> {
-    fetch_json(Request::get(&url("/api/account")).header("Authorization", &bearer(token))).await
+    fetch_json(Call::new("GET", "/api/account".into()).token(token)).await
 }
 
 pub async fn payment(token: &str, payment_id: &str) -> Result<PaymentDetails, Failure> {
     let path = format!("/api/payments/{}", js_sys::encode_uri_component(payment_id));
-    let wire: PaymentDetailsWire =
-        fetch_json(Request::get(&url(&path)).header("Authorization", &bearer(token))).await?;
+    let wire: PaymentDetailsWire = fetch_json(Call::new("GET", path).token(token)).await?;
     Ok(PaymentDetails {
         payment: Payment {
             payment_id: wire.payment_id,
@@ -117,63 +115,107 @@ pub async fn key_status(token: &str, key: &str) -> Result<Lookup, Failure> {
         "/api/idempotency-keys/{}",
         js_sys::encode_uri_component(key)
     );
-    let status: KeyStatusWire =
-        match fetch_json(Request::get(&url(&path)).header("Authorization", &bearer(token))).await {
-            Ok(status) => status,
-            Err(Failure::NotFound) => return Ok(Lookup::Unknown),
-            Err(failure) => return Err(failure),
-        };
-    Ok(
-        match (
-            status.status,
-            status.response_status,
-            stored_body(&status.response),
-        ) {
-            (KeyState::Done, Some(status), Some(body)) => Lookup::Done { status, body },
-            _ => Lookup::InProgress,
-        },
-    )
+    let found = match fetch_text(Call::new("GET", path).token(token)).await {
+        Ok(text) => json::parse(&text).ok_or(Failure::Unavailable)?,
+        Err(Failure::NotFound) => return Ok(Lookup::Unknown),
+        Err(failure) => return Err(failure),
+    };
+    let status: KeyStatusWire = found.decode().ok_or(Failure::Unavailable)?;
+    // The stored answer is judged from its text, like any answer.
+    let body = found
+        .field("response")
+        .filter(|r| !r.is_null())
+        .and_then(|r| js_sys::JSON::stringify(&r).ok()?.as_string());
+    Ok(match (status.status, status.response_status, body) {
+        (KeyState::Done, Some(status), Some(body)) => Lookup::Done { status, body },
+        _ => Lookup::InProgress,
+    })
 }
 
-/// [`checkout_shared::KeyStatus`] as the widget reads it: the stored answer kept as the browser
-/// parsed it, to be judged from its text like any answer.
+/// [`checkout_shared::KeyStatus`] as the widget reads it; the stored answer (`response`) is
+/// taken from the parsed value as it is.
 #[derive(serde::Deserialize)]
 struct KeyStatusWire {
     status: KeyState,
     #[serde(default)]
     response_status: Option<u16>,
-    #[serde(default, with = "serde_wasm_bindgen::preserve")]
-    response: wasm_bindgen::JsValue,
 }
 
-fn stored_body(response: &wasm_bindgen::JsValue) -> Option<String> {
-    if response.is_undefined() || response.is_null() {
-        return None;
+/// One call to the checkout server, by the browser's own `fetch` (no HTTP library: the widget
+/// needs a method, three headers and a text body, and every byte of code is the shopper's to
+/// download).
+struct Call {
+    method: &'static str,
+    path: String,
+    token: Option<String>,
+    key: Option<String>,
+    body: Option<String>,
+}
+
+impl Call {
+    fn new(method: &'static str, path: String) -> Call {
+        Call {
+            method,
+            path,
+            token: None,
+            key: None,
+            body: None,
+        }
     }
-    js_sys::JSON::stringify(response).ok()?.as_string()
+
+    fn token(mut self, token: &str) -> Call {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    /// A JSON body.
+    fn body(mut self, body: String) -> Call {
+        self.body = Some(body);
+        self
+    }
+
+    /// The answer's head (its body is read with [`text`]); `Err` when nothing came back.
+    async fn send(self) -> Result<Response, JsValue> {
+        let headers = Headers::new()?;
+        if let Some(token) = &self.token {
+            headers.set("Authorization", &format!("Bearer {token}"))?;
+        }
+        if let Some(key) = &self.key {
+            headers.set(IDEMPOTENCY_KEY_HEADER, key)?;
+        }
+        let init = RequestInit::new();
+        init.set_method(self.method);
+        if let Some(body) = &self.body {
+            headers.set("Content-Type", "application/json")?;
+            init.set_body(&JsValue::from_str(body));
+        }
+        init.set_headers(&headers);
+        let window = web_sys::window().ok_or(JsValue::NULL)?;
+        let answer =
+            JsFuture::from(window.fetch_with_str_and_init(&url(&self.path), &init)).await?;
+        answer.dyn_into()
+    }
 }
 
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
+/// The whole body of an answer, as text.
+async fn text(response: &Response) -> Result<String, JsValue> {
+    JsFuture::from(response.text()?)
+        .await?
+        .as_string()
+        .ok_or(JsValue::NULL)
 }
 
 /// An unkeyed call that either answers `2xx` with `T` or fails.
-async fn fetch_json<T: DeserializeOwned>(
-    request: gloo_net::http::RequestBuilder,
-) -> Result<T, Failure> {
-    json_of(request.send().await).await
+async fn fetch_json<T: DeserializeOwned>(call: Call) -> Result<T, Failure> {
+    let text = fetch_text(call).await?;
+    json::from_str(&text).ok_or(Failure::Unavailable)
 }
 
-/// What an unkeyed call's answer says: `2xx` with `T`, or why not.
-async fn json_of<T: DeserializeOwned>(
-    sent: Result<Response, gloo_net::Error>,
-) -> Result<T, Failure> {
-    let response = sent.map_err(|_| Failure::Unavailable)?;
+/// An unkeyed call's `2xx` body, or why there is none.
+async fn fetch_text(call: Call) -> Result<String, Failure> {
+    let response = call.send().await.map_err(|_| Failure::Unavailable)?;
     match response.status() {
-        200..=299 => {
-            let text = response.text().await.map_err(|_| Failure::Unavailable)?;
-            json::from_str(&text).ok_or(Failure::Unavailable)
-        }
+        200..=299 => text(&response).await.map_err(|_| Failure::Unavailable),
         401 => Err(Failure::Unauthorized),
         404 => Err(Failure::NotFound),
         _ => Err(Failure::Unavailable),
@@ -182,26 +224,23 @@ async fn json_of<T: DeserializeOwned>(
 
 /// `body` is JSON text.
 pub async fn post_keyed(path: &str, token: &str, key: &str, body: &str) -> Attempt {
-    let Ok(request) = Request::post(&url(path))
-        .header("Authorization", &bearer(token))
-        .header(IDEMPOTENCY_KEY_HEADER, key)
-        .header("Content-Type", "application/json")
-        .body(body)
-    else {
-        return Attempt::NetworkError;
-    };
+    let mut call = Call::new("POST", path.to_owned())
+        .token(token)
+        .body(body.to_owned());
+    call.key = Some(key.to_owned());
     let exchange = Box::pin(async move {
-        let response = request.send().await?;
-        let status = response.status();
-        let retry_after = response
-            .headers()
+        let response = call.send().await?;
+        let headers = response.headers();
+        let retry_after = headers
             .get("retry-after")
+            .ok()
+            .flatten()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let expires_in = expires_in(&response);
-        let body = response.text().await?;
-        Ok::<_, gloo_net::Error>(Attempt::Answered {
-            status,
+        let expires_in = expires_in(&headers);
+        let body = text(&response).await?;
+        Ok::<_, JsValue>(Attempt::Answered {
+            status: response.status(),
             body,
             retry_after,
             expires_in,
@@ -216,10 +255,9 @@ pub async fn post_keyed(path: &str, token: &str, key: &str, body: &str) -> Attem
 
 /// How much longer the server keeps the key: `Idempotency-Key-Expires` − `Date`, both the
 /// server's clock, so that the browser's own clock may be off by any amount.
-fn expires_in(response: &Response) -> Option<Duration> {
-    let headers = response.headers();
-    let expires = js_sys::Date::parse(&headers.get(IDEMPOTENCY_KEY_EXPIRES_HEADER)?);
-    let now = js_sys::Date::parse(&headers.get("date")?);
+fn expires_in(headers: &Headers) -> Option<Duration> {
+    let expires = js_sys::Date::parse(&headers.get(IDEMPOTENCY_KEY_EXPIRES_HEADER).ok()??);
+    let now = js_sys::Date::parse(&headers.get("date").ok()??);
     let left = expires - now;
     (left.is_finite() && left >= 0.0).then(|| Duration::from_millis(left as u64))
 }

@@ -18,8 +18,8 @@ use crate::{api, json, messages, shopper, storage, tabs};
 /// told (nothing is lost: the intent stays pending).
 const FINDING_OUT_TRIES: u32 = 12;
 
-/// Mounts a widget for every `<div data-checkout-session="cs_…">` of the page, and the
-/// stand-alone demo checkout into a `[data-checkout-demo]` element (the widget's own dev page).
+/// Mounts a widget for every `<div data-checkout-session="cs_…">` of the page, and, into a
+/// `[data-checkout-demo]` element (the widget's own dev page), a widget for a demo-shop session.
 /// A page with neither gets nothing until it calls `mount`.
 pub fn start() {
     let document = web_sys::window().and_then(|w| w.document());
@@ -38,7 +38,7 @@ pub fn start() {
         })
         .unwrap_or_default();
     if let Some(page) = demo_page {
-        leptos::mount::mount_to(page, || view! { <App mode=Mode::DemoPage /> }).forget();
+        spawn_local(mount_demo(page));
     }
     for host in hosts {
         if let Some(session_id) = host.get_attribute("data-checkout-session") {
@@ -50,33 +50,46 @@ pub fn start() {
 /// A widget for checkout session `session_id` inside `host`, which gets `checkout:paid` and
 /// `checkout:declined` events (with the receipt or the problem as `detail`).
 pub fn mount(host: web_sys::HtmlElement, session_id: String) {
-    let mode = Mode::Embedded {
+    let mode = Mode {
         session_id,
         host: host.clone(),
     };
     leptos::mount::mount_to(host, move || view! { <App mode=mode.clone() /> }).forget();
 }
 
-/// Where a widget's order comes from, and who hears how it ended.
+/// The dev page (`trunk serve`): the widget for a session of the server's demo shop, made once
+/// per tab and kept, so that a refresh comes back to the same purchase (a new tab, a new one).
+async fn mount_demo(page: web_sys::HtmlElement) {
+    let session_id = match storage::read(storage::DEMO_CHECKOUT_SESSION) {
+        Some(saved) => saved,
+        None => match api::demo_checkout_session(0).await {
+            Ok(session) => {
+                storage::write(storage::DEMO_CHECKOUT_SESSION, &session.session_id);
+                session.session_id
+            }
+            Err(_) => {
+                page.set_text_content(Some(
+                    "Демо-заказ не создан: сервер запущен с CHECKOUT_DEMO=1?",
+                ));
+                return;
+            }
+        },
+    };
+    mount(page, session_id);
+}
+
+/// The session a widget pays, and the element that hears how it ended.
 #[derive(Clone)]
-pub enum Mode {
-    /// The stand-alone demo page: the demo shop's carts in turn, and «Новая покупка».
-    DemoPage,
-    /// Put into a shop's page for one session; the host element is told the outcome.
-    Embedded {
-        session_id: String,
-        host: web_sys::HtmlElement,
-    },
+pub struct Mode {
+    session_id: String,
+    host: web_sys::HtmlElement,
 }
 
 impl Mode {
     /// Where the state lives in `sessionStorage`, and the name of the channel the tabs of it
     /// share: one per session, so that two widgets in a tab never share an intent.
     fn state_key(&self) -> String {
-        match self {
-            Mode::DemoPage => storage::STATE.to_owned(),
-            Mode::Embedded { session_id, .. } => format!("{}.{session_id}", storage::STATE),
-        }
+        format!("{}.{}", storage::STATE, self.session_id)
     }
 }
 
@@ -98,7 +111,6 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 fn seed() -> Seed {
     Seed {
         key: random_bytes(),
-        order: random_bytes(),
     }
 }
 
@@ -419,15 +431,11 @@ impl Widget {
 
     /// The shop's checkout session for this purchase, fetched once and kept with the intent.
     async fn fetch_cart(self) {
-        let wanted = self
-            .checkout
-            .with_untracked(|c| c.awaits_session().then_some(c.purchase));
-        let Some(purchase) = wanted else { return };
-        let fetched = match self.mode.get_value() {
-            Mode::DemoPage => api::demo_checkout_session(purchase).await,
-            Mode::Embedded { session_id, .. } => api::checkout_session(&session_id).await,
-        };
-        match fetched {
+        if !self.checkout.with_untracked(Checkout::wants_session) {
+            return;
+        }
+        let session_id = self.mode.with_value(|mode| mode.session_id.clone());
+        match api::checkout_session(&session_id).await {
             Ok(session) => {
                 change(self, |c| c.adopt_session(&session));
             }
@@ -449,12 +457,7 @@ fn App(mode: Mode) -> impl IntoView {
     {
         storage::keep_aside(text, now);
     }
-    let mut initial = restored.checkout;
-    if matches!(mode, Mode::Embedded { .. }) && !initial.payment.request.is_fetched() {
-        // Nothing to show but the shop's own order, once it arrives.
-        initial.payment.request.items.clear();
-        initial.payment.request.order_id.clear();
-    }
+    let initial = restored.checkout;
     let channel_name = state_key.clone();
     let widget = Widget {
         mode: StoredValue::new_local(mode),
@@ -522,16 +525,7 @@ fn App(mode: Mode) -> impl IntoView {
             </section>
     };
     // The root every style rule is scoped to, so that the host page's look is left alone.
-    match widget.mode.get_value() {
-        Mode::Embedded { .. } => view! { <div class="checkout">{card}</div> }.into_any(),
-        Mode::DemoPage => view! {
-            <main class="checkout"><div class="page">
-                {card}
-                <p class="note">"Демонстрация: деньги ненастоящие. Обновите страницу или нажмите дважды — оплата пройдёт один раз."</p>
-            </div></main>
-        }
-        .into_any(),
-    }
+    view! { <div class="checkout">{card}</div> }
 }
 
 #[component]
@@ -598,17 +592,6 @@ fn PayPanel(widget: Widget) -> impl IntoView {
 #[component]
 fn Outcome(widget: Widget) -> impl IntoView {
     let checkout = widget.checkout;
-    let new_purchase = move |_| {
-        change(widget, |c| {
-            if let Some(next) = c.next_purchase(seed(), now_ms()) {
-                *c = next;
-            }
-        });
-        spawn_local(async move {
-            widget.fetch_cart().await;
-            widget.refresh_balance().await;
-        });
-    };
     view! {
         {move || match checkout.with(|c| c.receipt().cloned()) {
             Some(receipt) => view! { <Receipt receipt /> <ShopRefunds widget /> }.into_any(),
@@ -622,18 +605,13 @@ fn Outcome(widget: Widget) -> impl IntoView {
                 }.into_any()
             }
         }}
-        {widget.mode.with_value(|mode| matches!(mode, Mode::DemoPage)).then(|| view! {
-            <button class="secondary new-purchase" type="button" on:click=new_purchase>"Новая покупка"</button>
-        })}
     }
 }
 
 /// Tells an embedding page how the payment ended, once per outcome and page: `checkout:paid`
 /// with the receipt, `checkout:declined` with the problem, bubbling up from the host element.
 fn tell_the_host(widget: Widget) {
-    let Mode::Embedded { host, .. } = widget.mode.get_value() else {
-        return;
-    };
+    let host = widget.mode.with_value(|mode| mode.host.clone());
     let told = StoredValue::new(None::<&'static str>);
     Effect::new(move |_| {
         let event = widget.checkout.with(|c| match &c.payment.phase {

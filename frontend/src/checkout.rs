@@ -7,10 +7,10 @@ use checkout_shared::{
     CheckoutSession, CreatePayment, ErrorCode, Payment, PaymentDetails, Refund, format_rub,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::intent::{Intent, Phase, RetryReason, new_key};
-use crate::{json, messages};
+use crate::json::{self, Node};
+use crate::messages;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
@@ -77,36 +77,15 @@ impl Order {
 
 pub type PaymentIntent = Intent<Order, Payment>;
 
-/// What the demo shop's cart `purchase` holds (the server makes the very same one into a
-/// session): shown while the session is being fetched.
-fn demo_cart(purchase: u32) -> Vec<Item> {
-    let item = |name: &str, quantity, unit_price| Item {
-        name: name.into(),
-        quantity,
-        unit_price,
-    };
-    match purchase % 3 {
-        0 => vec![
-            item("Кофе в зёрнах «Эфиопия», 250 г", 2, 15_000),
-            item("Фильтры для пуровера, 100 шт.", 1, 15_000),
-        ],
-        1 => vec![item("Кофемолка ручная", 1, 70_000)],
-        _ => vec![item("Шоколад горький 72 %", 3, 4_000)],
-    }
-}
-
-/// Random bytes for a new intent: its key, and its order number.
+/// Random bytes for a new intent: its key.
 #[derive(Clone, Copy, Debug)]
 pub struct Seed {
     pub key: [u8; 16],
-    pub order: [u8; 4],
 }
 
 /// Everything the widget remembers across refreshes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkout {
-    /// How many purchases this session started before this one.
-    pub purchase: u32,
     pub payment: PaymentIntent,
     /// Refunds made against this payment, in order.
     pub refunds: Vec<Refund>,
@@ -120,24 +99,16 @@ pub struct Checkout {
 }
 
 impl Checkout {
-    /// A new purchase: a new order and a new key, both made now, once.
-    pub fn new(purchase: u32, seed: Seed, now_ms: i64) -> Checkout {
-        let order_id = format!(
-            "ORD-{}",
-            seed.order
-                .iter()
-                .map(|b| format!("{b:02X}"))
-                .collect::<String>()
-        );
+    /// A new purchase: its key, made now, once; its order is the shop's session, fetched next.
+    pub fn new(seed: Seed, now_ms: i64) -> Checkout {
         let order = Order {
             checkout_session_id: String::new(),
             shop_name: None,
-            order_id,
-            items: demo_cart(purchase),
+            order_id: String::new(),
+            items: Vec::new(),
             currency: "RUB".into(),
         };
         Checkout {
-            purchase,
             payment: Intent::new(new_key(seed.key), order, now_ms),
             refunds: Vec::new(),
             notice: None,
@@ -150,19 +121,29 @@ impl Checkout {
         !self.payment.request.is_fetched() && self.payment.phase == Phase::Created
     }
 
-    /// The shop's session for this purchase, taken while nothing has been sent: the key stays,
-    /// the order becomes the session's. `false` if the intent has a session already.
-    pub fn adopt_session(&mut self, session: &CheckoutSession) -> bool {
-        if !self.awaits_session() {
-            return false;
-        }
-        self.payment.request = Order::of_session(session);
-        true
+    /// The shop's session is wanted: none yet, or the items of it were lost (an intent salvaged
+    /// from a write cut short keeps its session id, not always its items).
+    pub fn wants_session(&self) -> bool {
+        let order = &self.payment.request;
+        self.awaits_session() || (order.is_fetched() && order.items.is_empty())
     }
 
-    /// «Новая покупка»: only once this one has an outcome, never while its outcome is unknown.
-    pub fn next_purchase(&self, seed: Seed, now_ms: i64) -> Option<Checkout> {
-        (!self.payment.is_pending()).then(|| Checkout::new(self.purchase + 1, seed, now_ms))
+    /// The shop's session for this purchase. Taken whole while nothing has been sent (the key
+    /// stays, the order becomes the session's); for an intent that has this session but lost
+    /// its items, only what is shown. `false` if nothing was taken.
+    pub fn adopt_session(&mut self, session: &CheckoutSession) -> bool {
+        let order = Order::of_session(session);
+        if self.awaits_session() {
+            self.payment.request = order;
+            return true;
+        }
+        let ours = &mut self.payment.request;
+        if ours.checkout_session_id == order.checkout_session_id && ours.items.is_empty() {
+            ours.items = order.items;
+            ours.shop_name = order.shop_name;
+            return true;
+        }
+        false
     }
 
     pub fn receipt(&self) -> Option<&Payment> {
@@ -235,7 +216,7 @@ pub struct Restored {
 /// or a new purchase, with the shopper told that something could not be read.
 pub fn restore(saved: Option<&str>, seed: Seed, now_ms: i64) -> Restored {
     let fresh = |notice: Option<&str>| {
-        let mut checkout = Checkout::new(0, seed, now_ms);
+        let mut checkout = Checkout::new(seed, now_ms);
         checkout.notice = notice.map(str::to_owned);
         checkout
     };
@@ -262,30 +243,22 @@ pub fn restore(saved: Option<&str>, seed: Seed, now_ms: i64) -> Restored {
 /// truncated write): its key and its order, wherever they are. The intent's fate is then
 /// learned from the server before anything is offered again; nothing is sent without that.
 pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
-    let (purchase, key, order_id, items, session) = match json::from_str::<Value>(text) {
+    let (key, order_id, items, session) = match json::parse(text) {
         Some(value) => {
-            let (purchase, intent) = find_payment_intent(&value, 0)?;
-            let request = intent.get("request")?;
-            let items = request
-                .get("items")
-                .and_then(|items| serde_json::from_value(items.clone()).ok());
+            let intent = find_payment_intent(&value)?;
+            let request = intent.field("request")?;
             (
-                purchase,
-                intent.get("key")?.as_str()?.to_owned(),
-                request.get("order_id")?.as_str()?.to_owned(),
-                items,
+                intent.field("key")?.as_text()?,
+                request.field("order_id")?.as_text()?,
+                request.field("items").and_then(|items| items.decode()),
                 request
-                    .get("checkout_session_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
+                    .field("checkout_session_id")
+                    .and_then(|id| id.as_text()),
             )
         }
         // Not JSON (a write cut short): the payment intent comes first in the saved text, so its
         // key and order are usually still there.
         None => (
-            text_field(text, "\"purchase\":")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
             text_field(text, "\"key\":\"")?,
             text_field(text, "\"order_id\":\"")?,
             None,
@@ -294,19 +267,17 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
     };
     checkout_shared::IdempotencyKey::parse(&key).ok()?;
     checkout_shared::validate_order_id(&order_id).ok()?;
-    let items = items.unwrap_or_else(|| demo_cart(purchase));
     let order = Order {
         checkout_session_id: session.unwrap_or_default(),
         shop_name: None,
         order_id,
-        items,
+        items: items.unwrap_or_default(),
         currency: "RUB".into(),
     };
     let mut payment = Intent::new(key, order, now_ms);
     // Whether it was ever sent is unknown: the server is asked.
     payment.phase = Phase::LookingUp;
     Some(Checkout {
-        purchase,
         payment,
         refunds: Vec::new(),
         notice: Some(messages::STATE_UNREADABLE.into()),
@@ -321,29 +292,18 @@ fn text_field(text: &str, prefix: &str) -> Option<String> {
     Some(rest[..end].to_owned())
 }
 
-/// The first object holding a `key` and a `request` with an `order_id`, with the `purchase`
-/// number of the object around it, if any.
-fn find_payment_intent(value: &Value, purchase: u32) -> Option<(u32, &Value)> {
-    let Value::Object(map) = value else {
-        return match value {
-            Value::Array(items) => items.iter().find_map(|v| find_payment_intent(v, purchase)),
-            _ => None,
-        };
-    };
-    let purchase = map
-        .get("purchase")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(purchase);
-    let is_intent = map.get("key").is_some_and(Value::is_string)
-        && map
-            .get("request")
-            .and_then(|r| r.get("order_id"))
-            .is_some_and(Value::is_string);
+/// The first object holding a `key` and a `request` with an `order_id`.
+fn find_payment_intent<N: Node>(value: &N) -> Option<N> {
+    let is_intent = value.field("key").and_then(|k| k.as_text()).is_some()
+        && value
+            .field("request")
+            .and_then(|r| r.field("order_id"))
+            .and_then(|id| id.as_text())
+            .is_some();
     if is_intent {
-        return Some((purchase, value));
+        return Some(value.clone());
     }
-    map.values().find_map(|v| find_payment_intent(v, purchase))
+    value.children().iter().find_map(find_payment_intent)
 }
 
 fn attempt_suffix(attempt: u32) -> String {
@@ -399,12 +359,50 @@ mod tests {
     use super::*;
     use crate::intent::{Attempt, RetryPolicy};
     use checkout_shared::{PaymentStatus, Problem};
+    use serde_json::Value;
 
     fn seed(n: u8) -> Seed {
-        Seed {
-            key: [n; 16],
-            order: [n; 4],
+        Seed { key: [n; 16] }
+    }
+
+    fn shop_session(
+        order_id: &str,
+        items: &[(&str, u32, i64)],
+    ) -> checkout_shared::CheckoutSession {
+        let items: Vec<_> = items
+            .iter()
+            .map(|&(name, quantity, unit_price)| checkout_shared::LineItem {
+                name: name.into(),
+                quantity,
+                unit_price,
+            })
+            .collect();
+        checkout_shared::CheckoutSession {
+            session_id: format!("cs_{}", "a".repeat(32)),
+            shop: None,
+            order_id: order_id.into(),
+            amount: items
+                .iter()
+                .map(|i| i.unit_price * i64::from(i.quantity))
+                .sum(),
+            currency: "RUB".into(),
+            description: None,
+            items,
+            status: checkout_shared::CheckoutSessionStatus::Open,
+            expires_at: "2026-12-03T12:00:00Z".into(),
+            payment_id: None,
         }
+    }
+
+    /// A new purchase whose shop session has arrived.
+    fn with_session(n: u8) -> Checkout {
+        let mut checkout = Checkout::new(seed(n), 0);
+        let session = shop_session(
+            "ORD-SHOP",
+            &[("Кофе в зёрнах", 2, 15_000), ("Фильтры", 1, 15_000)],
+        );
+        assert!(checkout.adopt_session(&session));
+        checkout
     }
 
     fn receipt_of(checkout: &Checkout) -> Payment {
@@ -432,61 +430,31 @@ mod tests {
     }
 
     #[test]
-    fn a_purchase_has_one_order_and_one_key_until_the_next() {
-        let mut checkout = Checkout::new(0, seed(1), 0);
-        assert_eq!(checkout.payment.request.order_id, "ORD-01010101");
-        assert_eq!(checkout.payment.request.total(), 45_000);
+    fn a_purchase_has_one_key_and_takes_its_order_from_the_shops_session() {
+        let mut checkout = Checkout::new(seed(1), 0);
         assert!(
-            !checkout.payment.request.is_fetched(),
-            "nothing to pay before the shop's session arrives"
+            !checkout.payment.request.is_fetched() && checkout.payment.request.items.is_empty(),
+            "nothing to show or pay before the shop's session arrives"
         );
-        let session = checkout_shared::CheckoutSession {
-            session_id: format!("cs_{}", "a".repeat(32)),
-            shop: None,
-            order_id: "ORD-SHOP".into(),
-            amount: 45_000,
-            currency: "RUB".into(),
-            description: None,
-            items: vec![checkout_shared::LineItem {
-                name: "Кофе".into(),
-                quantity: 1,
-                unit_price: 45_000,
-            }],
-            status: checkout_shared::CheckoutSessionStatus::Open,
-            expires_at: "2026-12-03T12:00:00Z".into(),
-            payment_id: None,
-        };
+        let session = shop_session("ORD-SHOP", &[("Кофе", 1, 45_000)]);
         let key = checkout.payment.key.clone();
         assert!(checkout.adopt_session(&session));
         assert_eq!(checkout.payment.key, key, "the key stays with the intent");
         assert_eq!(checkout.payment.request.order_id, "ORD-SHOP");
+        assert_eq!(checkout.payment.request.total(), 45_000);
         assert_eq!(
             checkout.payment.request.request().checkout_session_id,
             session.session_id,
             "the payment names the session, never an amount"
         );
         assert!(!checkout.adopt_session(&session), "taken once");
-        assert!(
-            checkout.next_purchase(seed(2), 0).is_none(),
-            "no new purchase while this one is unsettled"
-        );
         paid(&mut checkout);
-        let next = checkout.next_purchase(seed(2), 0).unwrap();
-        assert_ne!(next.payment.key, checkout.payment.key);
-        assert_ne!(
-            next.payment.request.order_id,
-            checkout.payment.request.order_id
-        );
-        assert_eq!(
-            next.payment.request.total(),
-            70_000,
-            "the second demo cart exceeds what is left"
-        );
+        assert!(!checkout.adopt_session(&session), "never after the payment");
     }
 
     #[test]
     fn saved_states_are_versioned_and_the_old_version_migrates() {
-        let mut checkout = Checkout::new(4, seed(3), 1_000);
+        let mut checkout = with_session(3);
         paid(&mut checkout);
         let saved = write_saved(&checkout);
         assert!(saved.starts_with("{\"version\":2,"));
@@ -521,7 +489,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_state_gives_up_its_intent_to_be_looked_up_never_a_new_key() {
-        let mut checkout = Checkout::new(1, seed(5), 0);
+        let mut checkout = with_session(5);
         checkout.payment.start_attempt();
         let saved = write_saved(&checkout).replace("\"payment\"", "\"payment_v9\"");
         assert_eq!(read_saved(&saved), Read::Unreadable);
@@ -531,7 +499,6 @@ mod tests {
             recovered.payment.request, checkout.payment.request,
             "the same order"
         );
-        assert_eq!(recovered.purchase, 1);
         assert!(
             matches!(recovered.payment.phase, Phase::LookingUp),
             "asked, not sent"
@@ -545,10 +512,21 @@ mod tests {
         let cut = &saved_text[..saved_text.find("\"items\"").unwrap()];
         let from_cut = salvage(cut, 0).expect("a cut write still names the key and the order");
         assert_eq!(from_cut.payment.key, checkout.payment.key);
-        assert_eq!(
-            from_cut.payment.request, checkout.payment.request,
-            "the demo cart of purchase 1"
+        assert_eq!(from_cut.payment.request.order_id, "ORD-SHOP");
+        assert!(from_cut.payment.request.items.is_empty(), "cut off");
+        let mut from_cut = from_cut;
+        assert!(from_cut.wants_session(), "the items are fetched again");
+        let session = shop_session(
+            "ORD-SHOP",
+            &[("Кофе в зёрнах", 2, 15_000), ("Фильтры", 1, 15_000)],
         );
+        assert!(from_cut.adopt_session(&session));
+        assert_eq!(from_cut.payment.request, checkout.payment.request);
+        assert_eq!(
+            from_cut.payment.key, checkout.payment.key,
+            "the key never changes"
+        );
+        assert!(!from_cut.wants_session());
         assert_eq!(
             salvage("{\"key\": \"not a key\", \"request\": {}}", 0),
             None
@@ -557,7 +535,7 @@ mod tests {
 
     #[test]
     fn the_status_line_says_what_is_happening_in_russian() {
-        let mut checkout = Checkout::new(0, seed(1), 0);
+        let mut checkout = with_session(1);
         assert_eq!(payment_status(&checkout.payment), "");
         checkout.payment.start_attempt();
         assert_eq!(payment_status(&checkout.payment), "Оплачиваем…");
@@ -595,7 +573,7 @@ mod tests {
             payment_status(&checkout.payment),
             "Отказ: недостаточно средств (на счёте 100,00\u{a0}₽)"
         );
-        let mut refused = Checkout::new(0, seed(2), 0);
+        let mut refused = with_session(2);
         refused.payment.start_attempt();
         let english = Problem::new(400, ErrorCode::InvalidRequest, "amount must be an integer");
         refused.payment.finish_attempt(
@@ -612,7 +590,7 @@ mod tests {
     fn a_page_starts_from_what_was_saved_and_never_drops_an_unreadable_state() {
         let nothing = restore(None, seed(1), 0);
         assert!(!nothing.keep_aside && nothing.checkout.notice.is_none());
-        let mut checkout = Checkout::new(0, seed(2), 0);
+        let mut checkout = with_session(2);
         checkout.payment.start_attempt();
         let saved = write_saved(&checkout);
         assert_eq!(restore(Some(&saved), seed(3), 0).checkout, checkout);
@@ -633,7 +611,7 @@ mod tests {
 
     #[test]
     fn the_whole_state_survives_session_storage() {
-        let mut checkout = Checkout::new(4, seed(3), 0);
+        let mut checkout = with_session(3);
         paid(&mut checkout);
         let saved = write_saved(&checkout);
         assert_eq!(read_saved(&saved), Read::Current(checkout));

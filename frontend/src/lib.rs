@@ -18,6 +18,8 @@ mod api;
 #[cfg(target_arch = "wasm32")]
 mod app;
 #[cfg(target_arch = "wasm32")]
+mod decode;
+#[cfg(target_arch = "wasm32")]
 mod shopper;
 #[cfg(target_arch = "wasm32")]
 pub mod storage;
