@@ -78,6 +78,56 @@ async fn two_widgets_for_two_sessions_on_one_page_pay_independently() {
     }
 }
 
+/// The widget's own dev page (`trunk serve`, or the checkout's `/` in demo mode) mounts it as a
+/// Leptos component for a demo-shop session it keeps per tab: it pays, tells the page, and a
+/// refresh comes back to the same purchase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_page_pays_a_demo_session_with_the_widget_as_a_leptos_component() {
+    let c = Checkout::start(checkout_testkit::Backend::Sqlite, "", &[]).await;
+    c.browser
+        .goto(&format!("{}/", c.server.base))
+        .await
+        .unwrap();
+    c.wait_for(".checkout-host .checkout .balance").await;
+    let total = c.wait_for_text(".total-amount", ",00").await;
+    assert!(total.contains('₽'), "{total}");
+    let session = c
+        .js("return sessionStorage.getItem('checkout.dev-session');")
+        .await;
+    let session = session
+        .as_str()
+        .expect("the demo session is kept")
+        .to_owned();
+    assert!(session.starts_with("cs_"), "{session}");
+    c.js("window.heard = []; document.addEventListener('checkout:paid', (e) => window.heard.push(e.detail.payment_id)); return true;")
+        .await;
+    c.wait_for("button.pay:not([disabled])").await;
+    c.click("button.pay", 2).await;
+    let paid = c.wait_for_text(".payment-id", "pay_").await;
+    let heard = || async { c.js("return window.heard.length;").await.as_u64() == Some(1) };
+    wait_until("the page never heard checkout:paid", browser::WAIT, heard).await;
+    assert_eq!(
+        c.js("return window.heard;").await,
+        serde_json::json!([paid])
+    );
+    c.screenshot("seen-dev-page").await;
+
+    c.browser.refresh().await.unwrap();
+    assert_eq!(
+        c.wait_for_text(".payment-id", "pay_").await,
+        paid,
+        "the same purchase"
+    );
+    assert_eq!(
+        c.js("return sessionStorage.getItem('checkout.dev-session');")
+            .await,
+        serde_json::json!(session)
+    );
+    assert_eq!(c.payments_in_db().await, 1, "paid once");
+    c.db.assert_invariants().await;
+    let _ = c.browser.close().await;
+}
+
 /// What the page's listener has heard so far, once it has heard `n` events.
 async fn wait_for_events(c: &Checkout, n: usize) -> Vec<Value> {
     let heard = || async {

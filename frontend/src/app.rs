@@ -38,7 +38,8 @@ pub fn start() {
         })
         .unwrap_or_default();
     if let Some(page) = demo_page {
-        spawn_local(mount_demo(page));
+        // Leptos' executor starts with the first mount, which comes after this.
+        wasm_bindgen_futures::spawn_local(mount_demo(page));
     }
     for host in hosts {
         if let Some(session_id) = host.get_attribute("data-checkout-session") {
@@ -52,9 +53,36 @@ pub fn start() {
 pub fn mount(host: web_sys::HtmlElement, session_id: String) {
     let mode = Mode {
         session_id,
-        host: host.clone(),
+        host: Host::Element(host.clone()),
+        on_paid: None,
+        on_declined: None,
     };
     leptos::mount::mount_to(host, move || view! { <App mode=mode.clone() /> }).forget();
+}
+
+/// The widget as a component of a Leptos app:
+/// `<CheckoutWidget session_id="cs_…" on_paid=move |receipt| … />`. Its element (a `div`) gets
+/// the same `checkout:paid` / `checkout:declined` events as an embedded widget's host.
+#[component]
+pub fn CheckoutWidget(
+    /// The shop's checkout session to pay.
+    #[prop(into)]
+    session_id: String,
+    /// Once per outcome and page load, with the receipt.
+    #[prop(optional, into)]
+    on_paid: Option<Callback<Payment>>,
+    /// Once per outcome and page load, with the problem.
+    #[prop(optional, into)]
+    on_declined: Option<Callback<Problem>>,
+) -> impl IntoView {
+    let element = NodeRef::<leptos::html::Div>::new();
+    let mode = Mode {
+        session_id,
+        host: Host::Component(element),
+        on_paid,
+        on_declined,
+    };
+    view! { <div class="checkout-host" node_ref=element><App mode /></div> }
 }
 
 /// The dev page (`trunk serve`): the widget for a session of the server's demo shop, made once
@@ -75,14 +103,34 @@ async fn mount_demo(page: web_sys::HtmlElement) {
             }
         },
     };
-    mount(page, session_id);
+    leptos::mount::mount_to(page, move || view! { <CheckoutWidget session_id /> }).forget();
 }
 
-/// The session a widget pays, and the element that hears how it ended.
+/// The session a widget pays, and who hears how it ended.
 #[derive(Clone)]
 pub struct Mode {
     session_id: String,
-    host: web_sys::HtmlElement,
+    host: Host,
+    on_paid: Option<Callback<Payment>>,
+    on_declined: Option<Callback<Problem>>,
+}
+
+/// The element the outcome events are dispatched on.
+#[derive(Clone)]
+enum Host {
+    /// A shop page's element the widget was mounted into.
+    Element(web_sys::HtmlElement),
+    /// The element of a [`CheckoutWidget`].
+    Component(NodeRef<leptos::html::Div>),
+}
+
+impl Host {
+    fn element(&self) -> Option<web_sys::EventTarget> {
+        match self {
+            Host::Element(element) => Some(element.clone().into()),
+            Host::Component(element) => element.get_untracked().map(Into::into),
+        }
+    }
 }
 
 impl Mode {
@@ -608,29 +656,43 @@ fn Outcome(widget: Widget) -> impl IntoView {
     }
 }
 
-/// Tells an embedding page how the payment ended, once per outcome and page: `checkout:paid`
-/// with the receipt, `checkout:declined` with the problem, bubbling up from the host element.
+/// Tells the embedding page (or app) how the payment ended, once per outcome and page:
+/// `checkout:paid` with the receipt, `checkout:declined` with the problem, bubbling up from the
+/// host element; and a component's `on_paid` / `on_declined`.
 fn tell_the_host(widget: Widget) {
-    let host = widget.mode.with_value(|mode| mode.host.clone());
     let told = StoredValue::new(None::<&'static str>);
     Effect::new(move |_| {
-        let event = widget.checkout.with(|c| match &c.payment.phase {
-            Phase::Succeeded { receipt } => Some(("checkout:paid", json::to_js(receipt))),
-            Phase::Declined { problem } => Some(("checkout:declined", json::to_js(problem))),
+        let outcome = widget.checkout.with(|c| match &c.payment.phase {
+            Phase::Succeeded { receipt } => Some(Ok(receipt.clone())),
+            Phase::Declined { problem } => Some(Err(problem.clone())),
             _ => None,
         });
-        let Some((name, Some(detail))) = event else {
-            return;
+        let Some(outcome) = outcome else { return };
+        let (name, detail) = match &outcome {
+            Ok(receipt) => ("checkout:paid", json::to_js(receipt)),
+            Err(problem) => ("checkout:declined", json::to_js(problem)),
         };
         if told.get_value() == Some(name) {
             return;
         }
         told.set_value(Some(name));
+        let (host, on_paid, on_declined) = widget.mode.with_value(|mode| {
+            let host = mode.host.element();
+            (host, mode.on_paid, mode.on_declined)
+        });
         let init = web_sys::CustomEventInit::new();
         init.set_bubbles(true);
-        init.set_detail(&detail);
-        if let Ok(event) = web_sys::CustomEvent::new_with_event_init_dict(name, &init) {
+        init.set_detail(&detail.unwrap_or_default());
+        if let (Some(host), Ok(event)) = (
+            host,
+            web_sys::CustomEvent::new_with_event_init_dict(name, &init),
+        ) {
             let _ = host.dispatch_event(&event);
+        }
+        match (outcome, on_paid, on_declined) {
+            (Ok(receipt), Some(on_paid), _) => on_paid.run(receipt),
+            (Err(problem), _, Some(on_declined)) => on_declined.run(problem),
+            _ => {}
         }
     });
 }

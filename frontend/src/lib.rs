@@ -5,6 +5,8 @@
 //! - [`checkout`]: the widget's state (cart, payment, refunds), its versioned saved form and
 //!   recovery from a state that cannot be read, and its Russian status lines;
 //! - [`messages`]: every refusal the shopper reads, in Russian, by problem `code`;
+//! - [`json`]: JSON text ⇄ Rust values (the browser's own `JSON` in the browser; `decode`, its
+//!   message-less serde decoder, keeps the widget small);
 //! - `app`, `api`, `storage`, `tabs` (wasm32 only): the Leptos component wiring that state to
 //!   signals, `sessionStorage`, the other tabs (Web Locks, BroadcastChannel) and the network.
 
@@ -27,7 +29,7 @@ pub mod storage;
 mod tabs;
 
 #[cfg(target_arch = "wasm32")]
-pub use app::start;
+pub use app::{CheckoutWidget, start};
 
 /// For a shop's page: `import init, { mount } from "…/checkout-frontend.js"; await init();
 /// mount(element, "cs_…")`. (A `<div data-checkout-session="cs_…">` is mounted on its own.)
