@@ -8,7 +8,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use crate::Seams;
-use crate::config::{Cli, Command, Config, ShopCommand};
+use crate::config::{Cli, Command, Config, LogFormat, ShopCommand};
 use crate::store::Store;
 
 /// `checkout-server` as shipped.
@@ -36,12 +36,23 @@ pub fn main_with(seams: Seams) -> ExitCode {
         return shop_add(&cli.config, &name, webhook_url.as_deref());
     }
     let config = cli.config;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
-        )
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    match config.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(std::io::stdout().is_terminal())
+            .init(),
+        // One object per line; a request's line carries its span's fields (request id, route,
+        // idempotency outcome) at the top level, beside status and latency.
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .init(),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

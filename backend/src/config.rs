@@ -133,6 +133,25 @@ pub struct Config {
     #[arg(long = "webhook-poll-ms", env = "CHECKOUT_WEBHOOK_POLL_MS", default_value_t = 500,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub webhook_poll_ms: u64,
+
+    /// Where `GET /metrics` (Prometheus text format) is served: an address of its own, off
+    /// unless set, so that it is never public by accident.
+    #[arg(long = "metrics-addr", env = "CHECKOUT_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// `text` (the default) or `json`: one JSON object per line, for log pipelines.
+    #[arg(
+        long = "log-format",
+        env = "CHECKOUT_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl Config {

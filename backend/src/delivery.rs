@@ -9,6 +9,7 @@
 //! side by side, each bounded by a timeout, so a slow or dead shop only delays its own events;
 //! nothing here touches the money path, which only ever inserts a row.
 
+use crate::metrics::Delivery;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,6 +139,11 @@ async fn deliver(
             }
         }
     };
+    crate::metrics::delivery(match settled {
+        EventSettled::Delivered { .. } => Delivery::Delivered,
+        EventSettled::Dead { .. } => Delivery::Dead,
+        EventSettled::RetryAt { .. } => Delivery::Retry,
+    });
     if let Err(error) = store.settle_event(&event.event_id, settled).await {
         // The lease lapses and the event is sent again: at least once, never lost.
         tracing::warn!(event = %event.event_id, %error, "recording a webhook attempt failed");

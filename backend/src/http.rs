@@ -3,7 +3,7 @@
 
 use std::{path::Path, time::Duration};
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -24,6 +24,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::error::{ApiError, problem_response};
+use crate::keyed::KeyOutcome;
 use crate::{AppState, accounts, demo, events, keys, payments, refunds, sessions};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
@@ -76,6 +77,7 @@ pub fn router(
             REQUEST_TIMEOUT,
         ))
         .layer(middleware::map_response(problem_for_bare_errors))
+        .layer(middleware::from_fn(measured))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http()
@@ -85,10 +87,15 @@ pub fn router(
                         .get("x-request-id")
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("-");
+                    let route = request
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("-", MatchedPath::as_str);
                     tracing::info_span!(
                         "request",
                         method = %request.method(),
                         uri = %request.uri(),
+                        route,
                         request_id,
                         idempotency = tracing::field::Empty,
                     )
@@ -128,6 +135,28 @@ fn cross_origin() -> CorsLayer {
             name("x-request-id"),
         ])
         .max_age(Duration::from_secs(600))
+}
+
+/// Counts and times every request by its route (as routed: `/api/payments/{payment_id}`, so
+/// that ids never become labels) and its idempotency outcome.
+async fn measured(request: Request, next: middleware::Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "other".to_owned(), |path| path.as_str().to_owned());
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let outcome = response.extensions().get::<KeyOutcome>().copied();
+    if let Some(outcome) = outcome {
+        crate::metrics::keyed_request(&route, outcome);
+    }
+    crate::metrics::request_answered(
+        &route,
+        outcome,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
 }
 
 /// `GET /healthz`: `200` when the database answers.

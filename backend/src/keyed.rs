@@ -75,7 +75,14 @@ where
         Outcome::Executed {
             response,
             expires_at_ms,
-        } => expiring(answer(response, KeyOutcome::First), expires_at_ms),
+        } => {
+            if response.status >= 400
+                && let Ok(problem) = serde_json::from_str::<Problem>(&response.body)
+            {
+                crate::metrics::decline(problem.code.as_str());
+            }
+            expiring(answer(response, KeyOutcome::First), expires_at_ms)
+        }
         Outcome::Replayed {
             response,
             expires_at_ms,

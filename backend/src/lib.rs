@@ -27,6 +27,7 @@ pub mod http;
 pub mod ids;
 pub mod keyed;
 pub mod keys;
+pub mod metrics;
 pub mod payments;
 pub mod refunds;
 pub mod sessions;
@@ -127,6 +128,14 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         session_ttl: config.session_ttl(),
         deliveries,
     };
+    if let Some(metrics_addr) = config.metrics_addr {
+        metrics::serve(metrics_addr, app.store.clone())
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: metrics_addr,
+                source,
+            })?;
+    }
     let router = http::router(app, &config.static_dir, seams.routes, seams.wrap);
 
     tracing::info!(

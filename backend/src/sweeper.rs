@@ -53,6 +53,7 @@ pub async fn sweep(store: &Store, created_before_ms: i64) -> Result<u64, StoreEr
     let mut total = 0;
     loop {
         let deleted = store.sweep_expired_keys(created_before_ms, BATCH).await?;
+        crate::metrics::keys_swept(deleted);
         total += deleted;
         if deleted < BATCH as u64 {
             return Ok(total);

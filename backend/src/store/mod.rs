@@ -97,6 +97,18 @@ pub struct StoreSettings {
     pub exclusive: bool,
 }
 
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OutboxBacklog {
+    pub depth: i64,
+    pub oldest_created_at_ms: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolUsage {
+    pub in_use: u64,
+    pub waiting: u64,
+}
+
 #[derive(Clone, Debug)]
 pub enum Store {
     Sqlite(SqliteStore),
@@ -550,6 +562,29 @@ impl Store {
         let payment = payment.clone();
         let refunds = rows.into_iter().filter_map(|(_, refund)| refund).collect();
         Ok(Some((payment, refunds)))
+    }
+
+    pub async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        let rows = self
+            .read(sql::OUTBOX_BACKLOG, &[], |row| {
+                Ok(OutboxBacklog {
+                    depth: row.int("depth")?,
+                    oldest_created_at_ms: row.opt_int("oldest")?,
+                })
+            })
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or_default())
+    }
+
+    /// Connections busy and requests waiting for one, now.
+    pub fn pool_usage(&self) -> PoolUsage {
+        match self {
+            Store::Sqlite(store) => store.usage(),
+            Store::Postgres(store) => PoolUsage {
+                in_use: u64::from(store.pool.size()).saturating_sub(store.pool.num_idle() as u64),
+                waiting: store.waiting.load(std::sync::atomic::Ordering::Relaxed),
+            },
+        }
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

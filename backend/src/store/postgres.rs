@@ -8,6 +8,8 @@
 //! Every statement costs the database about the same here, so a keyed request sends only what
 //! it needs: `BEGIN`, the claim (which also tells a replay), the change, the answer, `COMMIT`.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::{sync::LazyLock, time::Duration};
 
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
@@ -60,6 +62,8 @@ pub static CLAIM_DUE_EVENTS: std::sync::LazyLock<String> = std::sync::LazyLock::
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pub pool: PgPool,
+    /// Transactions waiting for a connection of the pool now.
+    pub waiting: Arc<AtomicU64>,
 }
 
 pub async fn connect(
@@ -83,12 +87,18 @@ pub async fn connect(
         .connect(url)
         .await?;
     MIGRATOR.run(&pool).await?;
-    Ok(PgStore { pool })
+    Ok(PgStore {
+        pool,
+        waiting: Arc::default(),
+    })
 }
 
 impl PgStore {
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        self.pool.begin().await.map_err(classify)
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let begun = self.pool.begin().await;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        begun.map_err(classify)
     }
 }
 

@@ -153,6 +153,10 @@ pub const PAYMENT_WITH_REFUNDS: &str = "\
 
 pub const PING: &str = "SELECT CAST(1 AS BIGINT) AS one";
 
+/// The outbox's backlog, for the metrics: events not yet delivered, and the oldest one's time.
+pub const OUTBOX_BACKLOG: &str = "\
+SELECT COUNT(*) AS depth, MIN(created_at) AS oldest FROM webhook_events WHERE status = 'pending'";
+
 // -- events to the shops (the outbox) ---------------------------------------------------------
 
 /// The events due now, oldest first, leased to this worker until $2 (their attempt counted):

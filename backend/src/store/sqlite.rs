@@ -245,6 +245,14 @@ fn open(file: &Path, flags: OpenFlags) -> Result<Connection, rusqlite::Error> {
 }
 
 impl SqliteStore {
+    /// Readers busy now, and units queued for the writer.
+    pub fn usage(&self) -> super::PoolUsage {
+        super::PoolUsage {
+            in_use: READERS.saturating_sub(self.readers.turns.available_permits()) as u64,
+            waiting: self.stats.queued.load(Ordering::Relaxed),
+        }
+    }
+
     /// Queues `work` for the writer and waits for its answer, which comes after the commit of
     /// the batch that ran it.
     pub async fn transaction<W: Work<Tx>>(&self, work: W) -> Result<W::Output, W::Error> {
@@ -406,6 +414,7 @@ fn write_batches(
         if committed.is_err() {
             let _ = conn.execute_batch("ROLLBACK");
         }
+        crate::metrics::group_commit(batch.len());
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.units.fetch_add(batch.len() as u64, Ordering::Relaxed);
         stats
