@@ -62,6 +62,10 @@ pub struct Config {
     /// writes its demo shop's to `CHECKOUT_DEMO_SHOP_FILE`).
     #[arg(long, env = "SHOP_CREDENTIALS_FILE")]
     pub credentials_file: PathBuf,
+    /// Where `GET /metrics` (Prometheus text format: the inbox's deliveries by outcome) is
+    /// served; off unless set.
+    #[arg(long, env = "SHOP_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// What every handler can reach.
@@ -146,6 +150,9 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         checkout: Arc::new(checkout),
         inbox_protocol: checkout_idempotency::Protocol::new(INBOX_RETENTION),
     };
+    if let Some(addr) = config.metrics_addr {
+        serve_metrics(addr).await?;
+    }
     let listener = tokio::net::TcpListener::bind(config.addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
@@ -162,6 +169,26 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         .with_graceful_shutdown(shutdown())
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The exporter (the process's one recorder) and `GET /metrics` on an address of its own.
+async fn serve_metrics(addr: SocketAddr) -> Result<(), String> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("cannot record metrics: {e}"))?;
+    metrics::describe_counter!(
+        webhooks::DELIVERIES_METRIC,
+        "Webhook deliveries to the inbox by outcome: applied, duplicate (absorbed: nothing changed), in_use, refused"
+    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let router = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || std::future::ready(handle.render())),
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Ok(())
 }
 
 async fn shutdown() {

@@ -16,6 +16,9 @@ use serde_json::Value;
 use crate::store::{InboxError, InboxTx};
 use crate::{Shop, now_ms};
 
+/// Deliveries that reached the inbox, by outcome; `duplicate`: absorbed, nothing changed.
+pub const DELIVERIES_METRIC: &str = "shop_inbox_deliveries_total";
+
 /// Who sends: the inbox's scope.
 pub const SENDER: &str = "checkout";
 pub const ROUTE: &str = "/webhooks/checkout";
@@ -67,6 +70,13 @@ pub async fn receive(
     let Ok(applied) = applied else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "try again".into());
     };
+    let outcome = match &applied {
+        Ok(Outcome::Executed { .. }) => "applied",
+        Ok(Outcome::Replayed { .. }) => "duplicate",
+        Ok(Outcome::InUse) => "in_use",
+        _ => "refused",
+    };
+    metrics::counter!(DELIVERIES_METRIC, "outcome" => outcome).increment(1);
     match applied {
         Ok(Outcome::Executed { response, .. }) => {
             tracing::info!(webhook_id, "webhook applied");

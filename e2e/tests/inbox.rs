@@ -157,7 +157,8 @@ const EVENT_ID: &str = "evt_0190000000000000000000000000abcd";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_event_again_or_racing_changes_nothing_the_second_time() {
-    let w = world(Backend::Sqlite, &[]).await;
+    let metrics_addr = format!("127.0.0.1:{}", checkout_testkit::postgres::free_port());
+    let w = world(Backend::Sqlite, &[("SHOP_METRICS_ADDR", &metrics_addr)]).await;
     let order = w.order().await;
     let (secret, body) = (w.signing_secret(), payment_event(&order));
 
@@ -208,6 +209,28 @@ async fn the_same_event_again_or_racing_changes_nothing_the_second_time() {
         2,
         "two events, once each"
     );
+
+    // The shop's metrics count what the inbox absorbed.
+    let scrape = w
+        .http
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |outcome: &str| {
+        let series = format!("shop_inbox_deliveries_total{{outcome=\"{outcome}\"}} ");
+        scrape
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let conflicts = copies.iter().filter(|(s, _)| *s == 409).count() as u64;
+    assert_eq!(count("applied"), 2, "{scrape}");
+    assert_eq!(count("duplicate"), 1 + (8 - conflicts - 1), "{scrape}");
+    assert_eq!(count("in_use"), conflicts, "{scrape}");
     assert_eq!(
         w.shop_count(&format!(
             "SELECT COUNT(*) FROM orders WHERE id = '{order}' AND state = 'paid' AND paid_via = 'webhook' AND refunded = 10000"
