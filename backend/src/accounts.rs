@@ -108,6 +108,15 @@ pub fn token_hash(token: &str) -> String {
 }
 
 /// `GET /api/account`
+#[utoipa::path(
+    get, path = "/api/account", tag = "accounts",
+    summary = "The caller's account and balance",
+    responses(
+        (status = 200, description = "The account", body = checkout_shared::Account),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shopper_token" = []), ("shop_secret_key" = []))
+)]
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,

@@ -95,6 +95,14 @@ fn demo_only(app: &AppState) -> Result<(), ApiError> {
 
 /// `POST /api/demo/session`: a fresh shopper with its opening credit, in one transaction so
 /// that balance == sum(ledger) holds from its first moment.
+#[utoipa::path(
+    post, path = "/api/demo/session", tag = "demo",
+    summary = "A fresh demo shopper holding 1 000,00 ₽ (demo mode only)",
+    responses(
+        (status = 200, description = "The shopper's token and account", body = checkout_shared::DemoSession),
+        (status = 404, description = "`not_found`: demo mode is off", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create_shopper(State(app): State<AppState>) -> Result<Json<DemoSession>, ApiError> {
     demo_only(&app)?;
     let account_id = ids::new_id("acc_");
@@ -131,6 +139,16 @@ pub async fn create_shopper(State(app): State<AppState>) -> Result<Json<DemoSess
 
 /// `POST /api/demo/checkout-session` `{"cart": n}`: a session of the demo shop for demo cart
 /// `n`, made through the same keyed path as a shop's own request (with a key made here).
+#[utoipa::path(
+    post, path = "/api/demo/checkout-session", tag = "demo",
+    summary = "A session of the demo shop for demo cart `cart` (demo mode only)",
+    request_body = DemoCart,
+    responses(
+        (status = 201, description = "The session", body = checkout_shared::CheckoutSession),
+        (status = 400, description = "`invalid_request`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: demo mode is off", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn create_checkout_session(
     State(app): State<AppState>,
     body: JsonBody<DemoCart>,

@@ -105,7 +105,7 @@ async fn record(
     data: serde_json::Value,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let body = EventBody {
+    let body = checkout_shared::EventBody {
         event_type: event_type.to_owned(),
         timestamp: clock::rfc3339(now_ms),
         data,
@@ -132,6 +132,21 @@ pub struct Page {
 }
 
 /// `GET /api/events?limit=&starting_after=`: the shop's events, newest first.
+#[utoipa::path(
+    get, path = "/api/events", tag = "events",
+    summary = "The shop's events and their delivery state, newest first",
+    params(
+        ("limit" = Option<u32>, Query, description = "1..=100, default 20"),
+        ("starting_after" = Option<String>, Query, description = "An event id: the page after it (`next_page`)")
+    ),
+    responses(
+        (status = 200, description = "One page of events", body = checkout_shared::EventList),
+        (status = 400, description = "`invalid_request`: a bad `limit` or an unknown `starting_after`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: a shopper's token", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shop_secret_key" = []))
+)]
 pub async fn list(
     State(app): State<AppState>,
     principal: Principal,
@@ -173,6 +188,18 @@ pub async fn list(
 }
 
 /// `GET /api/events/{event_id}`.
+#[utoipa::path(
+    get, path = "/api/events/{event_id}", tag = "events",
+    summary = "One event and its delivery state",
+    params(("event_id" = String, Path, description = "`evt_…`, the `webhook-id`")),
+    responses(
+        (status = 200, description = "The event", body = checkout_shared::EventView),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: a shopper's token", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such event for this shop", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shop_secret_key" = []))
+)]
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
@@ -190,6 +217,18 @@ pub async fn get(
 /// `POST /api/events/{event_id}/redelivery`: the event is sent again, now and on a fresh
 /// schedule, whatever became of it (dead, or delivered and lost on the shop's side). Safe to
 /// repeat: it only ever queues the same event, with the same `webhook-id`.
+#[utoipa::path(
+    post, path = "/api/events/{event_id}/redelivery", tag = "events",
+    summary = "Send an event again (a dead one included), now and on a fresh schedule",
+    params(("event_id" = String, Path, description = "`evt_…`")),
+    responses(
+        (status = 202, description = "Queued for delivery", body = checkout_shared::EventView),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: a shopper's token", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such event for this shop", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shop_secret_key" = []))
+)]
 pub async fn redeliver(
     State(app): State<AppState>,
     principal: Principal,

@@ -6,7 +6,7 @@ use std::{path::Path, time::Duration};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router, middleware};
 use base64::Engine;
 use checkout_shared::{
@@ -25,7 +25,7 @@ use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::error::{ApiError, problem_response};
 use crate::keyed::KeyOutcome;
-use crate::{AppState, accounts, demo, events, keys, payments, refunds, sessions};
+use crate::{AppState, accounts, demo, events, keys, openapi, payments, refunds, sessions};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Longer than any transaction should take; a request cut here rolls back, and its retry
@@ -40,23 +40,12 @@ pub fn router(
     routes: Option<Router<AppState>>,
     wrap: Option<Box<dyn FnOnce(Router) -> Router + Send>>,
 ) -> Router {
-    let mut api = Router::new()
-        .route("/api/checkout-sessions", post(sessions::create))
-        .route("/api/checkout-sessions/{session_id}", get(sessions::get))
-        .route("/api/payments", post(payments::create))
-        .route("/api/payments/{payment_id}", get(payments::get))
-        .route("/api/payments/{payment_id}/refunds", post(refunds::create))
-        .route("/api/idempotency-keys/{key}", get(keys::status))
-        .route("/api/events", get(events::list))
-        .route("/api/events/{event_id}", get(events::get))
-        .route("/api/events/{event_id}/redelivery", post(events::redeliver))
-        .route("/api/account", get(accounts::get))
-        .route("/api/demo/session", post(demo::create_shopper))
-        .route(
-            "/api/demo/checkout-session",
-            post(demo::create_checkout_session),
-        )
-        .route("/healthz", get(healthz));
+    let mut api = api_routes()
+        .into_iter()
+        .fold(Router::new(), |api, (_, path, handler)| {
+            api.route(path, handler)
+        })
+        .merge(openapi::docs_page());
     if let Some(routes) = routes {
         api = api.merge(routes);
     }
@@ -113,6 +102,43 @@ pub fn router(
         })
 }
 
+/// Every route of the API: method, path, handler. The router is built from this list, and the
+/// OpenAPI document is checked against it (`openapi`'s tests), so neither can miss a route.
+pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
+    vec![
+        ("POST", "/api/checkout-sessions", post(sessions::create)),
+        (
+            "GET",
+            "/api/checkout-sessions/{session_id}",
+            get(sessions::get),
+        ),
+        ("POST", "/api/payments", post(payments::create)),
+        ("GET", "/api/payments/{payment_id}", get(payments::get)),
+        (
+            "POST",
+            "/api/payments/{payment_id}/refunds",
+            post(refunds::create),
+        ),
+        ("GET", "/api/idempotency-keys/{key}", get(keys::status)),
+        ("GET", "/api/events", get(events::list)),
+        ("GET", "/api/events/{event_id}", get(events::get)),
+        (
+            "POST",
+            "/api/events/{event_id}/redelivery",
+            post(events::redeliver),
+        ),
+        ("GET", "/api/account", get(accounts::get)),
+        ("POST", "/api/demo/session", post(demo::create_shopper)),
+        (
+            "POST",
+            "/api/demo/checkout-session",
+            post(demo::create_checkout_session),
+        ),
+        ("GET", "/healthz", get(healthz)),
+        ("GET", "/api/openapi.json", get(openapi::document)),
+    ]
+}
+
 /// The widget runs in shops' pages, on their origins: its script, its WebAssembly and the API
 /// it calls are open to every origin. Credentials are bearer tokens the page holds, never
 /// cookies, so no origin gains anything it could not do with the token itself.
@@ -160,7 +186,15 @@ async fn measured(request: Request, next: middleware::Next) -> Response {
 }
 
 /// `GET /healthz`: `200` when the database answers.
-async fn healthz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get, path = "/healthz", tag = "operations",
+    summary = "Liveness: 200 when the database answers",
+    responses(
+        (status = 200, description = "`{\"status\": \"ok\"}`", content_type = "application/json"),
+        (status = 503, description = "`service_unavailable`: the database does not answer", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn healthz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
     app.store.ping().await?;
     Ok(Json(serde_json::json!({ "status": "ok" })))
 }

@@ -13,6 +13,18 @@ use crate::accounts::Principal;
 use crate::clock;
 use crate::error::ApiError;
 
+#[utoipa::path(
+    get, path = "/api/idempotency-keys/{key}", tag = "idempotency keys",
+    summary = "What became of one of the caller's keys",
+    description = "Whether the server knows the key, whether its request is done, and if so its stored answer (status and body): a client whose answer was lost learns the outcome without resending.",
+    params(("key" = String, Path, description = "The Idempotency-Key as sent")),
+    responses(
+        (status = 200, description = "The key's state and, once done, its stored answer", body = checkout_shared::KeyStatus),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: the key is unknown, or expired and forgotten", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shopper_token" = []), ("shop_secret_key" = []))
+)]
 pub async fn status(
     State(app): State<AppState>,
     principal: Principal,

@@ -28,6 +28,7 @@ pub mod ids;
 pub mod keyed;
 pub mod keys;
 pub mod metrics;
+pub mod openapi;
 pub mod payments;
 pub mod refunds;
 pub mod sessions;

@@ -46,6 +46,24 @@ impl Charge {
 }
 
 /// `POST /api/payments`
+#[utoipa::path(
+    post, path = "/api/payments", tag = "payments",
+    summary = "Pay a checkout session (a shopper)",
+    description = "Debits the shopper and credits the session's shop in one transaction, at most once per key and once per session. A decline (`402`, `409 session_already_paid`, `410`) is the key's stored outcome: a retry gets it again.",
+    params(("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
+    request_body = CreatePayment,
+    responses(
+        (status = 201, description = "The payment", body = checkout_shared::Payment, headers(
+                ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
+            )),
+        (status = 400, description = "`invalid_request`: a malformed body, header or key", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 401, description = "`unauthorized`: no valid bearer credential", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 409, description = "`idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`)", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 422, description = "`idempotency_key_reused`: this key was first used with another request", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 503, description = "`service_unavailable`: the database is unavailable; nothing was done, retry with the same key", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 402, description = "`insufficient_funds`: the shopper's balance is short (`balance` says what it was)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`session_already_paid`: the session was paid (`payment_id` names the payment)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`session_expired`: the session can no longer be paid", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shopper_token" = []))
+)]
 pub async fn create(
     State(app): State<AppState>,
     principal: Principal,
@@ -185,6 +203,17 @@ async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, ApiError
 
 /// `GET /api/payments/{payment_id}`: for its shopper and its shop; to anyone else it does not
 /// exist. Each sees its own balance and not the other's.
+#[utoipa::path(
+    get, path = "/api/payments/{payment_id}", tag = "payments",
+    summary = "Read a payment with its refunds (its shopper or its shop)",
+    params(("payment_id" = String, Path, description = "`pay_…`")),
+    responses(
+        (status = 200, description = "The payment, what was refunded, and each refund", body = checkout_shared::PaymentDetails),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this caller", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shopper_token" = []), ("shop_secret_key" = []))
+)]
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,

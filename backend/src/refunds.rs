@@ -28,6 +28,25 @@ pub struct RefundOrder {
 }
 
 /// `POST /api/payments/{payment_id}/refunds`
+#[utoipa::path(
+    post, path = "/api/payments/{payment_id}/refunds", tag = "payments",
+    summary = "Refund (part of) a payment (its shop)",
+    description = "Moves the amount back from the shop to the shopper, at most once per key; refunds never exceed their payment.",
+    params(("payment_id" = String, Path, description = "`pay_…`"), ("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
+    request_body = CreateRefund,
+    responses(
+        (status = 201, description = "The refund", body = checkout_shared::Refund, headers(
+                ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
+            )),
+        (status = 400, description = "`invalid_request`: a malformed body, header or key", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 401, description = "`unauthorized`: no valid bearer credential", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 409, description = "`idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`)", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 422, description = "`idempotency_key_reused`: this key was first used with another request", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 503, description = "`service_unavailable`: the database is unavailable; nothing was done, retry with the same key", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 402, description = "`insufficient_funds`: the shop's balance is short", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: not the payment's shop", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`refund_exceeds_payment`: more than is left to refund (`refundable` says how much)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shop_secret_key" = []))
+)]
 pub async fn create(
     State(app): State<AppState>,
     principal: Principal,

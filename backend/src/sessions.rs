@@ -101,6 +101,23 @@ fn text(value: &str, what: &str) -> Result<(), ApiError> {
 }
 
 /// `POST /api/checkout-sessions`
+#[utoipa::path(
+    post, path = "/api/checkout-sessions", tag = "checkout sessions",
+    summary = "Create a checkout session (a shop, with its secret key)",
+    description = "What the shop asks to be paid: an order id (one session per order), the amount in kopecks and its items. Keyed: a retry with the same key and body returns the same session.",
+    params(("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
+    request_body = CreateCheckoutSession,
+    responses(
+        (status = 201, description = "The session; `Location` names it", body = checkout_shared::CheckoutSession, headers(
+                ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
+            )),
+        (status = 400, description = "`invalid_request`: a malformed body, header or key", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 401, description = "`unauthorized`: no valid bearer credential", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 409, description = "`idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`)", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 422, description = "`idempotency_key_reused`: this key was first used with another request", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 503, description = "`service_unavailable`: the database is unavailable; nothing was done, retry with the same key", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: a shopper's token, not a shop's secret key", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`order_session_exists`: this order has a session already (`checkout_session_id` names it)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shop_secret_key" = []))
+)]
 pub async fn create(
     State(app): State<AppState>,
     principal: Principal,
@@ -173,6 +190,15 @@ impl Operation<Tx> for NewCheckoutSession {
 
 /// `GET /api/checkout-sessions/{session_id}`: for anyone holding the id (128 random bits): what
 /// the widget renders. No secrets in it.
+#[utoipa::path(
+    get, path = "/api/checkout-sessions/{session_id}", tag = "checkout sessions",
+    summary = "Read a checkout session (anyone holding its id)",
+    params(("session_id" = String, Path, description = "`cs_…`")),
+    responses(
+        (status = 200, description = "The session", body = checkout_shared::CheckoutSession),
+        (status = 404, description = "`not_found`: no such session", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn get(
     State(app): State<AppState>,
     SessionIdPath(session_id): SessionIdPath,

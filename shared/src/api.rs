@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// One line of a checkout session: what is bought, how many, at what unit price.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LineItem {
     pub name: String,
@@ -22,6 +23,7 @@ impl LineItem {
 /// `POST /api/checkout-sessions` (a shop, keyed): what is to be paid for. The amount is the
 /// shop's; the shopper's browser only confirms it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateCheckoutSession {
     pub order_id: String,
@@ -37,6 +39,7 @@ pub struct CreateCheckoutSession {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CheckoutSessionStatus {
     Open,
@@ -47,6 +50,7 @@ pub enum CheckoutSessionStatus {
 /// A checkout session: the shop's answer to its `POST`, and (with the shop's name) the public
 /// view a widget renders from `GET /api/checkout-sessions/{session_id}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckoutSession {
     pub session_id: String,
     /// Present in the public view: whom the shopper pays.
@@ -67,6 +71,7 @@ pub struct CheckoutSession {
 
 /// A shop as a shopper sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShopView {
     pub name: String,
 }
@@ -74,6 +79,7 @@ pub struct ShopView {
 /// `POST /api/payments` (a shopper, keyed): pay this checkout session, whose amount the shop
 /// fixed. Any other field (an `amount` above all) is refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreatePayment {
     pub checkout_session_id: String,
@@ -82,12 +88,14 @@ pub struct CreatePayment {
 /// `POST /api/payments/{payment_id}/refunds` (the paid shop, keyed): credit part or all of a
 /// payment back to its shopper.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateRefund {
     pub amount: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
     Succeeded,
@@ -95,6 +103,7 @@ pub enum PaymentStatus {
 
 /// A succeeded payment, as answered by `POST /api/payments` (`201`) and replayed byte for byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Payment {
     pub payment_id: String,
     /// `None` only for payments made before checkout sessions existed.
@@ -113,6 +122,7 @@ pub struct Payment {
 
 /// A refund, as answered by `POST /api/payments/{payment_id}/refunds` (`201`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Refund {
     pub refund_id: String,
     pub payment_id: String,
@@ -127,6 +137,7 @@ pub struct Refund {
 
 /// `GET /api/payments/{payment_id}`: the payment with every refund made against it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PaymentDetails {
     #[serde(flatten)]
     pub payment: Payment,
@@ -136,6 +147,7 @@ pub struct PaymentDetails {
 
 /// `GET /api/account`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Account {
     pub account_id: String,
     pub balance: i64,
@@ -145,6 +157,7 @@ pub struct Account {
 /// `POST /api/demo/checkout-session` (demo mode only): a checkout session of the demo shop for
 /// one of its demo carts, made server-side (the browser never names an amount).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DemoCart {
     /// Which demo cart: any number, taken modulo the number of carts.
@@ -153,12 +166,14 @@ pub struct DemoCart {
 
 /// `POST /api/demo/session`: a fresh demo shopper holding 1 000,00 ₽.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DemoSession {
     pub token: String,
     pub account_id: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum KeyState {
     InProgress,
@@ -168,6 +183,7 @@ pub enum KeyState {
 /// `GET /api/idempotency-keys/{key}`: where one of the caller's own keys stands, so that a client
 /// can learn an old intent's fate without sending it again. Unknown or expired keys are `404`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyStatus {
     pub status: KeyState,
     /// Once done: the stored answer's status…
@@ -185,6 +201,7 @@ pub struct KeyStatus {
 /// An event to a shop, as its webhook body (Standard Webhooks): the `webhook-id` header carries
 /// its id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventBody {
     /// `payment.succeeded`, `refund.succeeded` or `checkout_session.expired`.
     #[serde(rename = "type")]
@@ -197,6 +214,7 @@ pub struct EventBody {
 
 /// One event as `GET /api/events` lists it for its shop: the body, and how its delivery goes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventView {
     pub event_id: String,
     #[serde(rename = "type")]
@@ -217,6 +235,7 @@ pub struct EventView {
 
 /// `GET /api/events`: newest first; `next_page` continues with `?starting_after=` it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventList {
     pub events: Vec<EventView>,
     pub has_more: bool,

@@ -7,6 +7,7 @@ pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
 /// The stable codes a client may branch on. Never renamed; new ones may be added, which an older
 /// client reads as [`ErrorCode::Unknown`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     InvalidRequest,
@@ -81,6 +82,7 @@ impl ErrorCode {
 
 /// `application/problem+json` (RFC 9457) with the checkout's extension members.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// `urn:problem:checkout:<code>`.
     #[serde(rename = "type")]

@@ -1,0 +1,219 @@
+//! The OpenAPI 3.1 document, generated from the handlers' `#[utoipa::path]` annotations and the
+//! wire types of `checkout-shared`, served at `GET /api/openapi.json`, with a human page
+//! (Swagger UI, vendored: nothing is fetched from elsewhere) at `/api/docs`.
+
+use axum::Json;
+use axum::Router;
+use utoipa::openapi::path::{
+    HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn, PathItem,
+};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, OpenApi as Document, PathsBuilder, Ref, Required};
+use utoipa::{Modify, OpenApi};
+use utoipa_swagger_ui::SwaggerUi;
+
+use crate::AppState;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Idempotent checkout",
+        description = "Keyed payments and refunds that run once however often they are sent, and events to the shop delivered at least once (Standard Webhooks).\n\nEvery POST that moves money or makes a session takes an `Idempotency-Key` header: the first request with a key runs; a retry with the same key and body gets the stored answer (`Idempotent-Replayed: true`); the same key with another body is `422 idempotency_key_reused`; a retry while the first still runs is `409 idempotency_key_in_use`. Every answer about a kept key says when it will be forgotten (`Idempotency-Key-Expires`). Errors are RFC 9457 problem+json with a stable `code` (the `ErrorCode` schema lists them all).",
+    ),
+    paths(
+        crate::sessions::create,
+        crate::sessions::get,
+        crate::payments::create,
+        crate::payments::get,
+        crate::refunds::create,
+        crate::keys::status,
+        crate::events::list,
+        crate::events::get,
+        crate::events::redeliver,
+        crate::accounts::get,
+        crate::demo::create_shopper,
+        crate::demo::create_checkout_session,
+        crate::http::healthz,
+        document,
+    ),
+    components(schemas(checkout_shared::ErrorCode, checkout_shared::EventBody)),
+    modifiers(&Credentials, &Webhooks),
+    tags(
+        (name = "checkout sessions", description = "What a shop asks to be paid"),
+        (name = "payments", description = "Shoppers pay sessions; shops refund"),
+        (name = "idempotency keys", description = "What became of a key"),
+        (name = "events", description = "The shop's events (webhooks) and their delivery"),
+        (name = "accounts"),
+        (name = "demo", description = "Demo mode only (`CHECKOUT_DEMO=1`)"),
+        (name = "operations"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The two bearer credentials: a shopper's token (the widget's) and a shop's secret key.
+struct Credentials;
+
+impl Modify for Credentials {
+    fn modify(&self, document: &mut Document) {
+        let components = document.components.get_or_insert_with(Default::default);
+        let bearer = |description: &str| {
+            let mut http = Http::new(HttpAuthScheme::Bearer);
+            http.description = Some(description.to_owned());
+            SecurityScheme::Http(http)
+        };
+        components.add_security_scheme(
+            "shopper_token",
+            bearer("A shopper's session token (the widget's; demo mode hands them out)."),
+        );
+        components.add_security_scheme(
+            "shop_secret_key",
+            bearer("A shop's secret key `sk_…`, printed once by `checkout-server shop add`."),
+        );
+    }
+}
+
+/// What the server sends to a shop's webhook URL: one entry per event type, each a signed POST.
+struct Webhooks;
+
+impl Modify for Webhooks {
+    fn modify(&self, document: &mut Document) {
+        let header = |name: &str, description: &str| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Header)
+                .required(Required::True)
+                .description(Some(description))
+                .schema(Some(
+                    utoipa::openapi::ObjectBuilder::new()
+                        .schema_type(utoipa::openapi::schema::Type::String),
+                ))
+                .build()
+        };
+        let mut paths = PathsBuilder::new();
+        for (event, what) in [
+            (
+                "payment.succeeded",
+                "A payment of one of the shop's sessions; `data` is the payment.",
+            ),
+            (
+                "refund.succeeded",
+                "A refund the shop made; `data` is the refund with its `order_id` and `refunded_total`.",
+            ),
+            (
+                "checkout_session.expired",
+                "A session that lapsed unpaid; `data` is the session.",
+            ),
+        ] {
+            let operation = OperationBuilder::new()
+                .summary(Some(event))
+                .description(Some(format!(
+                    "{what} Sent per Standard Webhooks, at least once (retried with capped backoff and jitter until a `2xx`, then marked dead after the schedule), in order per payment. Verify the signature and the timestamp, then apply the event once: the `webhook-id` is the same on every retry, so record it in an inbox in the same transaction as the effect."
+                )))
+                .parameter(header("webhook-id", "The event id `evt_…`: stable across retries."))
+                .parameter(header("webhook-timestamp", "Unix seconds when this attempt was signed; refuse old ones (replays)."))
+                .parameter(header("webhook-signature", "`v1,<base64 HMAC-SHA256>` of `{webhook-id}.{webhook-timestamp}.{body}` with the shop's signing secret (`whsec_…`)."))
+                .request_body(Some(
+                    RequestBodyBuilder::new()
+                        .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("EventBody"))).build())
+                        .required(Some(Required::True))
+                        .build(),
+                ))
+                .response("200", ResponseBuilder::new().description("Received (any `2xx`): never sent again"))
+                .response("default", ResponseBuilder::new().description("Anything else, or no answer within the timeout: sent again later"))
+                .build();
+            paths = paths.path(event, PathItem::new(HttpMethod::Post, operation));
+        }
+        document.webhooks = Some(paths.build());
+    }
+}
+
+/// `GET /api/openapi.json`: this document.
+#[utoipa::path(
+    get, path = "/api/openapi.json", tag = "operations",
+    summary = "This OpenAPI document",
+    responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json")),
+)]
+pub async fn document() -> Json<Document> {
+    Json(ApiDoc::openapi())
+}
+
+/// `/api/docs`: the document as a page to read and try.
+pub fn docs_page() -> Router<AppState> {
+    // The page reads the document from its route above (given as a URL, not served twice).
+    let page =
+        SwaggerUi::new("/api/docs").config(utoipa_swagger_ui::Config::from("/api/openapi.json"));
+    Router::from(page).with_state(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn the_document_lists_every_route_the_router_serves_and_nothing_else() {
+        let document = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let mut documented = BTreeSet::new();
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                documented.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+        let served: BTreeSet<(String, String)> = crate::http::api_routes()
+            .into_iter()
+            .map(|(method, path, _)| (method.to_owned(), path.to_owned()))
+            .collect();
+        assert_eq!(documented, served);
+    }
+
+    #[test]
+    fn the_document_names_every_problem_code_both_credentials_the_key_and_the_webhooks() {
+        let document = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        assert_eq!(document["openapi"], "3.1.0");
+        let codes = &document["components"]["schemas"]["ErrorCode"]["enum"];
+        for code in [
+            "invalid_request",
+            "idempotency_key_reused",
+            "idempotency_key_in_use",
+            "insufficient_funds",
+            "session_already_paid",
+            "session_expired",
+            "refund_exceeds_payment",
+            "order_session_exists",
+            "service_unavailable",
+        ] {
+            assert!(
+                codes.as_array().unwrap().iter().any(|c| c == code),
+                "{code}"
+            );
+        }
+        let schemes = &document["components"]["securitySchemes"];
+        assert_eq!(schemes["shopper_token"]["scheme"], "bearer");
+        assert_eq!(schemes["shop_secret_key"]["scheme"], "bearer");
+        let pay = &document["paths"]["/api/payments"]["post"];
+        assert!(
+            pay["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "Idempotency-Key" && p["in"] == "header")
+        );
+        let created = &pay["responses"]["201"]["headers"];
+        assert!(created["Idempotency-Key-Expires"].is_object());
+        assert!(created["Idempotent-Replayed"].is_object());
+        let webhook = &document["webhooks"]["payment.succeeded"]["post"];
+        let headers: Vec<&str> = webhook["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            headers,
+            ["webhook-id", "webhook-timestamp", "webhook-signature"]
+        );
+    }
+}
