@@ -109,7 +109,7 @@ pub fn token_hash(token: &str) -> String {
 
 /// `GET /api/account`
 #[utoipa::path(
-    get, path = "/api/account", tag = "accounts",
+    get, path = "/api/account", operation_id = "get_account", tag = "accounts",
     summary = "The caller's account and balance",
     responses(
         (status = 200, description = "The account", body = checkout_shared::Account),

@@ -96,7 +96,7 @@ fn demo_only(app: &AppState) -> Result<(), ApiError> {
 /// `POST /api/demo/session`: a fresh shopper with its opening credit, in one transaction so
 /// that balance == sum(ledger) holds from its first moment.
 #[utoipa::path(
-    post, path = "/api/demo/session", tag = "demo",
+    post, path = "/api/demo/session", operation_id = "create_demo_shopper", tag = "demo",
     summary = "A fresh demo shopper holding 1 000,00 ₽ (demo mode only)",
     responses(
         (status = 200, description = "The shopper's token and account", body = checkout_shared::DemoSession),
@@ -140,7 +140,7 @@ pub async fn create_shopper(State(app): State<AppState>) -> Result<Json<DemoSess
 /// `POST /api/demo/checkout-session` `{"cart": n}`: a session of the demo shop for demo cart
 /// `n`, made through the same keyed path as a shop's own request (with a key made here).
 #[utoipa::path(
-    post, path = "/api/demo/checkout-session", tag = "demo",
+    post, path = "/api/demo/checkout-session", operation_id = "create_demo_checkout_session", tag = "demo",
     summary = "A session of the demo shop for demo cart `cart` (demo mode only)",
     request_body = DemoCart,
     responses(

@@ -133,7 +133,7 @@ pub struct Page {
 
 /// `GET /api/events?limit=&starting_after=`: the shop's events, newest first.
 #[utoipa::path(
-    get, path = "/api/events", tag = "events",
+    get, path = "/api/events", operation_id = "list_events", tag = "events",
     summary = "The shop's events and their delivery state, newest first",
     params(
         ("limit" = Option<u32>, Query, description = "1..=100, default 20"),
@@ -161,6 +161,13 @@ pub async fn list(
     }
     let before_seq = match &page.starting_after {
         None => i64::MAX,
+        // Checked before the database sees it: PostgreSQL refuses text holding NUL outright
+        // (found by the schema-driven fuzz as a 500).
+        Some(event_id) if !crate::ids::is_id("evt_", event_id) => {
+            return Err(ApiError::InvalidRequest(format!(
+                "starting_after: {event_id:?} is not an event id"
+            )));
+        }
         Some(event_id) => {
             app.store
                 .shop_event(&shop.account_id, event_id)
@@ -189,7 +196,7 @@ pub async fn list(
 
 /// `GET /api/events/{event_id}`.
 #[utoipa::path(
-    get, path = "/api/events/{event_id}", tag = "events",
+    get, path = "/api/events/{event_id}", operation_id = "get_event", tag = "events",
     summary = "One event and its delivery state",
     params(("event_id" = String, Path, description = "`evt_…`, the `webhook-id`")),
     responses(
@@ -218,7 +225,7 @@ pub async fn get(
 /// schedule, whatever became of it (dead, or delivered and lost on the shop's side). Safe to
 /// repeat: it only ever queues the same event, with the same `webhook-id`.
 #[utoipa::path(
-    post, path = "/api/events/{event_id}/redelivery", tag = "events",
+    post, path = "/api/events/{event_id}/redelivery", operation_id = "redeliver_event", tag = "events",
     summary = "Send an event again (a dead one included), now and on a fresh schedule",
     params(("event_id" = String, Path, description = "`evt_…`")),
     responses(

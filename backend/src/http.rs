@@ -187,7 +187,7 @@ async fn measured(request: Request, next: middleware::Next) -> Response {
 
 /// `GET /healthz`: `200` when the database answers.
 #[utoipa::path(
-    get, path = "/healthz", tag = "operations",
+    get, path = "/healthz", operation_id = "healthz", tag = "operations",
     summary = "Liveness: 200 when the database answers",
     responses(
         (status = 200, description = "`{\"status\": \"ok\"}`", content_type = "application/json"),

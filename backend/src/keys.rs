@@ -14,7 +14,7 @@ use crate::clock;
 use crate::error::ApiError;
 
 #[utoipa::path(
-    get, path = "/api/idempotency-keys/{key}", tag = "idempotency keys",
+    get, path = "/api/idempotency-keys/{key}", operation_id = "get_idempotency_key", tag = "idempotency keys",
     summary = "What became of one of the caller's keys",
     description = "Whether the server knows the key, whether its request is done, and if so its stored answer (status and body): a client whose answer was lost learns the outcome without resending.",
     params(("key" = String, Path, description = "The Idempotency-Key as sent")),

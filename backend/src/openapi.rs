@@ -4,13 +4,14 @@
 
 use axum::Json;
 use axum::Router;
+use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{
     HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn, PathItem,
 };
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, OpenApi as Document, PathsBuilder, Ref, Required};
+use utoipa::openapi::{ContentBuilder, OpenApi as Document, PathsBuilder, Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -39,7 +40,7 @@ use crate::AppState;
         document,
     ),
     components(schemas(checkout_shared::ErrorCode, checkout_shared::EventBody)),
-    modifiers(&Credentials, &Webhooks),
+    modifiers(&Credentials, &Webhooks, &Links),
     tags(
         (name = "checkout sessions", description = "What a shop asks to be paid"),
         (name = "payments", description = "Shoppers pay sessions; shops refund"),
@@ -129,9 +130,81 @@ impl Modify for Webhooks {
     }
 }
 
+/// How one answer leads to the next request (OpenAPI links): a new session can be paid and
+/// read, a payment refunded and read. Clients and schema-driven tests follow them.
+struct Links;
+
+impl Modify for Links {
+    fn modify(&self, document: &mut Document) {
+        let link =
+            |operation: &str, parameter: Option<(&str, &str)>, body: Option<serde_json::Value>| {
+                let mut link = LinkBuilder::new().operation_id(operation);
+                if let Some((name, value)) = parameter {
+                    link = link.parameter(name, value);
+                }
+                if let Some(body) = body {
+                    link = link.request_body(Some(body));
+                }
+                link.build()
+            };
+        let mut add =
+            |path: &str, status: &str, name: &str, target: utoipa::openapi::link::Link| {
+                let Some(item) = document.paths.paths.get_mut(path) else {
+                    return;
+                };
+                let Some(operation) = item.post.as_mut() else {
+                    return;
+                };
+                if let Some(RefOr::T(response)) = operation.responses.responses.get_mut(status) {
+                    response.links.insert(name.to_owned(), RefOr::T(target));
+                }
+            };
+        add(
+            "/api/checkout-sessions",
+            "201",
+            "PaySession",
+            link(
+                "create_payment",
+                None,
+                Some(serde_json::json!({ "checkout_session_id": "$response.body#/session_id" })),
+            ),
+        );
+        add(
+            "/api/checkout-sessions",
+            "201",
+            "ReadSession",
+            link(
+                "get_checkout_session",
+                Some(("session_id", "$response.body#/session_id")),
+                None,
+            ),
+        );
+        add(
+            "/api/payments",
+            "201",
+            "RefundPayment",
+            link(
+                "create_refund",
+                Some(("payment_id", "$response.body#/payment_id")),
+                None,
+            ),
+        );
+        add(
+            "/api/payments",
+            "201",
+            "ReadPayment",
+            link(
+                "get_payment",
+                Some(("payment_id", "$response.body#/payment_id")),
+                None,
+            ),
+        );
+    }
+}
+
 /// `GET /api/openapi.json`: this document.
 #[utoipa::path(
-    get, path = "/api/openapi.json", tag = "operations",
+    get, path = "/api/openapi.json", operation_id = "openapi_document", tag = "operations",
     summary = "This OpenAPI document",
     responses((status = 200, description = "OpenAPI 3.1", content_type = "application/json")),
 )]

@@ -47,7 +47,7 @@ impl Charge {
 
 /// `POST /api/payments`
 #[utoipa::path(
-    post, path = "/api/payments", tag = "payments",
+    post, path = "/api/payments", operation_id = "create_payment", tag = "payments",
     summary = "Pay a checkout session (a shopper)",
     description = "Debits the shopper and credits the session's shop in one transaction, at most once per key and once per session. A decline (`402`, `409 session_already_paid`, `410`) is the key's stored outcome: a retry gets it again.",
     params(("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
@@ -204,7 +204,7 @@ async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, ApiError
 /// `GET /api/payments/{payment_id}`: for its shopper and its shop; to anyone else it does not
 /// exist. Each sees its own balance and not the other's.
 #[utoipa::path(
-    get, path = "/api/payments/{payment_id}", tag = "payments",
+    get, path = "/api/payments/{payment_id}", operation_id = "get_payment", tag = "payments",
     summary = "Read a payment with its refunds (its shopper or its shop)",
     params(("payment_id" = String, Path, description = "`pay_…`")),
     responses(

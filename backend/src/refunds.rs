@@ -29,7 +29,7 @@ pub struct RefundOrder {
 
 /// `POST /api/payments/{payment_id}/refunds`
 #[utoipa::path(
-    post, path = "/api/payments/{payment_id}/refunds", tag = "payments",
+    post, path = "/api/payments/{payment_id}/refunds", operation_id = "create_refund", tag = "payments",
     summary = "Refund (part of) a payment (its shop)",
     description = "Moves the amount back from the shop to the shopper, at most once per key; refunds never exceed their payment.",
     params(("payment_id" = String, Path, description = "`pay_…`"), ("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),

@@ -102,7 +102,7 @@ fn text(value: &str, what: &str) -> Result<(), ApiError> {
 
 /// `POST /api/checkout-sessions`
 #[utoipa::path(
-    post, path = "/api/checkout-sessions", tag = "checkout sessions",
+    post, path = "/api/checkout-sessions", operation_id = "create_checkout_session", tag = "checkout sessions",
     summary = "Create a checkout session (a shop, with its secret key)",
     description = "What the shop asks to be paid: an order id (one session per order), the amount in kopecks and its items. Keyed: a retry with the same key and body returns the same session.",
     params(("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
@@ -191,7 +191,7 @@ impl Operation<Tx> for NewCheckoutSession {
 /// `GET /api/checkout-sessions/{session_id}`: for anyone holding the id (128 random bits): what
 /// the widget renders. No secrets in it.
 #[utoipa::path(
-    get, path = "/api/checkout-sessions/{session_id}", tag = "checkout sessions",
+    get, path = "/api/checkout-sessions/{session_id}", operation_id = "get_checkout_session", tag = "checkout sessions",
     summary = "Read a checkout session (anyone holding its id)",
     params(("session_id" = String, Path, description = "`cs_…`")),
     responses(

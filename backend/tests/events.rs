@@ -369,6 +369,12 @@ async fn events_are_listed_newest_first_in_pages(backend: Backend) {
         .get("/api/events?starting_after=evt_nope")
         .await
         .assert_problem(400, "invalid_request");
+    // A NUL byte (which PostgreSQL refuses outright) is a bad request, not a 500.
+    w.shop
+        .api
+        .get("/api/events?limit=1&starting_after=%C2%B3+%00T%E5%B0%9F")
+        .await
+        .assert_problem(400, "invalid_request");
 }
 
 async fn a_session_that_lapses_unpaid_is_told_to_its_shop(backend: Backend) {

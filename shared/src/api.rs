@@ -26,8 +26,13 @@ impl LineItem {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateCheckoutSession {
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub order_id: String,
     /// Kopecks, `1..=10^12`; the items, if given, must sum to it.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 1_000_000_000_000_i64)
+    )]
     pub amount: i64,
     /// Defaults to the shop's currency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,6 +96,11 @@ pub struct CreatePayment {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateRefund {
+    /// Kopecks, at least 1 and at most what is left to refund.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 1_000_000_000_000_i64)
+    )]
     pub amount: i64,
 }
 
