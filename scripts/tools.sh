@@ -14,6 +14,7 @@ CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
+SCHEMATHESIS_VERSION=4.32.5
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -88,6 +89,18 @@ has_wasm_opt() {
     [[ "$(version_of "$(wasm_opt)" --version)" == *"version $BINARYEN_VERSION"* ]]
 }
 
+schemathesis() { printf '%s\n' "$CHECKOUT_ROOT/tools/venv/bin/st"; }
+
+has_schemathesis() {
+    [[ "$(version_of "$(schemathesis)" --version)" == "st, version $SCHEMATHESIS_VERSION" ]]
+}
+
+install_schemathesis() {
+    python3 -m venv "$CHECKOUT_ROOT/tools/venv" &&
+        "$CHECKOUT_ROOT/tools/venv/bin/pip" install --quiet --disable-pip-version-check \
+            "schemathesis==$SCHEMATHESIS_VERSION"
+}
+
 # Fails the step when a tool that was just installed still cannot be found.
 verify() {
     local what="$1" check="$2"
@@ -102,6 +115,7 @@ install_tools() {
     command -v chromium >/dev/null 2>&1 || debian+=(chromium)
     command -v chromedriver >/dev/null 2>&1 || debian+=(chromium-driver)
     command -v npm >/dev/null 2>&1 || debian+=(npm)
+    command -v python3 >/dev/null 2>&1 || debian+=(python3 python3-venv)
     has_postgres || debian+=(postgresql)
     if [ ${#debian[@]} -gt 0 ]; then
         step "installing ${debian[*]} (Debian packages)" apt_install "${debian[@]}"
@@ -139,7 +153,13 @@ install_tools() {
             npm ci --prefix "$CHECKOUT_ROOT/tools" --no-audit --no-fund --silent
         verify "installing binaryen $BINARYEN_VERSION" has_wasm_opt
     fi
-    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), $(version_of chromium --version)"
+    # Schemathesis (the schema-driven fuzz), from PyPI into a virtual environment of its own.
+    if ! has_schemathesis; then
+        step "installing schemathesis $SCHEMATHESIS_VERSION from PyPI into tools/venv" \
+            install_schemathesis
+        verify "installing schemathesis $SCHEMATHESIS_VERSION" has_schemathesis
+    fi
+    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), $(version_of chromium --version), $(version_of "$(schemathesis)" --version)"
 }
 
 # The widget, release-built into dist/: smallest code (opt-level z, LTO, wasm-opt -Oz).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installer's own test: runs install_tools (scripts/tools.sh) under `set -euo pipefail` with
-# a PATH where each tool in turn is absent and the real installers (apt-get, cargo, npm, rustup)
-# are stubs that record what they were asked to install and then put a fake of it in place.
+# a PATH where each tool in turn is absent and the real installers (apt-get, cargo, npm, rustup,
+# python3's venv and its pip) are stubs that record what they were asked to install and then put
+# a fake of it in place.
 # Asserts that exactly the missing tool is installed and that the script exits 0; that a present
 # tool is never reinstalled; that a failing installer ends with one line naming the step.
 set -uo pipefail
@@ -28,6 +29,7 @@ fake_wasm_opt() { fake "$1/wasm-opt" "wasm-opt version 132 (version_132)"; }
 fake_chromium() { fake "$1/chromium" "Chromium 156.0.8078.73"; }
 fake_chromedriver() { fake "$1/chromedriver" "ChromeDriver 156.0.8078.73"; }
 fake_postgres() { fake "$1/initdb" "initdb (PostgreSQL) 15"; fake "$1/pg_ctl" "pg_ctl (PostgreSQL) 15"; }
+fake_schemathesis() { fake "$1/st" "st, version 4.32.5"; }
 
 # A world where every tool is present, except those named; the installers are stubs.
 make_world() {
@@ -44,13 +46,14 @@ make_world() {
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
     { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_chromium fake_chromedriver \
-        fake_postgres; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+        fake_postgres fake_schemathesis; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
     [[ $absent == *" chromium "* ]] || fake_chromium "$dir/bin"
     [[ $absent == *" chromedriver "* ]] || fake_chromedriver "$dir/bin"
     [[ $absent == *" postgresql "* ]] || fake_postgres "$dir/pg"
+    [[ $absent == *" schemathesis "* ]] || fake_schemathesis "$dir/root/tools/venv/bin"
     [[ $absent == *" wasm32 "* ]] || : >"$dir/wasm32-installed"
     [[ $absent == *" trunk-0.22 "* ]] && fake "$dir/cargo/bin/trunk" "trunk 0.22.0"
 
@@ -86,6 +89,15 @@ STUB
 . "$dir/fakes.sh"
 echo "npm \$1" >>"$dir/installs"
 fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+STUB
+    # python3 -m venv DIR: a virtual environment whose pip records what it installs.
+    cat >"$dir/bin/python3" <<STUB
+#!/bin/bash
+. "$dir/fakes.sh"
+venv="\$3"
+mkdir -p "\$venv/bin"
+printf '#!/bin/bash\n. "$dir/fakes.sh"\necho "pip \$*" >>"$dir/installs"\nfake_schemathesis "%s/bin"\n' "\$venv" >"\$venv/bin/pip"
+chmod +x "\$venv/bin/pip"
 STUB
     cat >"$dir/bin/rustup" <<STUB
 #!/bin/bash
@@ -142,8 +154,9 @@ declare -A install_of=(
     [chromedriver]="apt-get install chromium-driver"
     [postgresql]="apt-get install postgresql"
     [wasm32]="rustup target add wasm32-unknown-unknown"
+    [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
 )
-for tool in trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32; do
+for tool in trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32 schemathesis; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -156,12 +169,12 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32
+make_world "$dir" trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32 schemathesis
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
     "apt-get install chromium chromium-driver postgresql" \
     "rustup target add wasm32-unknown-unknown" \
-    "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci"
+    "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci" "${install_of[schemathesis]}"
 : >"$dir/installs"
 install_in "$dir"
 expect_installs "run twice, the second run installs nothing" "$dir" $?
