@@ -249,7 +249,8 @@ pub fn pgbench(
 /// The server's keyed payment of a session on PostgreSQL, as its statements reach the database
 /// (backend/src/store/sql.rs, postgres.rs): `BEGIN`, the claim (whose `RETURNING` lifts the lock
 /// timeout), the session taken, the shopper's guarded debit, the payment row, the transfer's two
-/// ledger rows, the shop's waiting credit, the stored answer, `COMMIT`: 10 statements. Session
+/// ledger rows, the shop's waiting credit, the payment's event in the outbox, the stored answer,
+/// `COMMIT`: 11 statements. Session
 /// `:n` is this client's next one; its shop is `shop-(n mod 64)`, as the setup made it.
 pub const PAYMENT_TRANSACTION: &str = r#"\set i :i + 1
 \set n :first + :client_id * :span + :i - 1
@@ -263,12 +264,13 @@ INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, shop_
 INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('bench-' || :a, -1, 'payment', 'k-' || :n, 'c-' || :n, 'pay-' || :n, NULL, 1764000000000);
 INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('shop-' || :shop, 1, 'payment', NULL, NULL, 'pay-' || :n, NULL, 1764000000000);
 INSERT INTO unfolded_credits (payment_id, account_id, amount) VALUES ('pay-' || :n, 'shop-' || :shop, 1);
+INSERT INTO webhook_events (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status) VALUES ('evt-' || :n, 'shop-' || :shop, 'payment.succeeded', 'pay-' || :n, '{"type":"payment.succeeded","timestamp":"2026-12-02T14:01:20.331Z","data":{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","created_at":"2026-12-02T14:01:20.331Z"}}', 1764000000000, 1764000000000, CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = 'shop-' || :shop) IS NULL THEN 'no_endpoint' ELSE 'pending' END);
 UPDATE idempotency_keys SET status = 'done', response_status = 201, response_body = '{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}' WHERE account_id = 'bench-' || :a AND idempotency_key = 'k-' || :n AND claim_id = 'c-' || :n;
 COMMIT;
 "#;
 
 /// The same payment without any key (`POST /api/bench/unkeyed-payments`): `BEGIN`, the six
-/// statements of the change, `COMMIT`: 8 statements.
+/// statements of the change (the event among them), `COMMIT`: 9 statements.
 pub const UNKEYED_TRANSACTION: &str = r#"\set i :i + 1
 \set n :first + :client_id * :span + :i - 1
 \set a random(1, :accounts)
@@ -280,5 +282,6 @@ INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, shop_
 INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('bench-' || :a, -1, 'payment', 'unkeyed-' || :n, 'c-' || :n, 'pay-' || :n, NULL, 1764000000000);
 INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, refund_id, created_at) VALUES ('shop-' || :shop, 1, 'payment', NULL, NULL, 'pay-' || :n, NULL, 1764000000000);
 INSERT INTO unfolded_credits (payment_id, account_id, amount) VALUES ('pay-' || :n, 'shop-' || :shop, 1);
+INSERT INTO webhook_events (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status) VALUES ('evt-' || :n, 'shop-' || :shop, 'payment.succeeded', 'pay-' || :n, '{"type":"payment.succeeded","timestamp":"2026-12-02T14:01:20.331Z","data":{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","created_at":"2026-12-02T14:01:20.331Z"}}', 1764000000000, 1764000000000, CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = 'shop-' || :shop) IS NULL THEN 'no_endpoint' ELSE 'pending' END);
 COMMIT;
 "#;

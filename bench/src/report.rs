@@ -9,13 +9,13 @@ use crate::{Series, Storm, Workload};
 /// Facts about the code's statements and what profiling it showed, kept with the figures.
 const WHERE_THE_TIME_GOES: &str = "## Where a request's time goes
 
-**Statements per payment** (a shopper pays a checkout session; the money goes to the session's shop in double entry). PostgreSQL, keyed first execution: 10 (`BEGIN`; the claim, whose `RETURNING` also lifts the lock timeout for the rest of the transaction; the session taken; the shopper's guarded debit; the payment row; the transfer's two ledger rows; the shop's waiting credit; the stored answer; `COMMIT`). Un-keyed: 8 (the same without the claim and the answer). A replay: the claim finds the key, one read of its answer, `ROLLBACK`. SQLite: one read on a reader connection (a replay ends there), then the same statements on the writer thread inside a savepoint, sharing its batch's `BEGIN`/`COMMIT`.
+**Statements per payment** (a shopper pays a checkout session; the money goes to the session's shop in double entry). PostgreSQL, keyed first execution: 11 (`BEGIN`; the claim, whose `RETURNING` also lifts the lock timeout for the rest of the transaction; the session taken; the shopper's guarded debit; the payment row; the transfer's two ledger rows; the shop's waiting credit; the payment's event in the outbox; the stored answer; `COMMIT`). Un-keyed: 9 (the same without the claim and the answer). A replay: the claim finds the key, one read of its answer, `ROLLBACK`. SQLite: one read on a reader connection (a replay ends there), then the same statements on the writer thread inside a savepoint, sharing its batch's `BEGIN`/`COMMIT`.
 
 **No hot row.** A payment never updates its shop's balance row: the shop's side of the transfer is a ledger row plus a row in `unfolded_credits`, both inserts, so payments to one shop do not queue on one row lock. A refund (the only thing that spends a shop's money) folds the waiting credits into the balance row under that row's lock in one statement, then debits it, guarded. The shopper's row is still updated by each payment: it guards the shopper's balance, and one shopper does not pay hundreds of times a second. \"One shop\" below sends every payment to one shop (from 64 shoppers); \"many shops\" spreads them over 64.
 
 **SQLite.** The writer thread owns its connection and runs a request's whole unit with no hop, so a commit is shared by whatever queued meanwhile (group commit). Statement journals stay in memory, the reader pool never reopens connections, and server-made ids are time-ordered (UUID v7) so that a batch of rows lands on a few index pages. What remains is SQLite's own work, B-tree inserts and the savepoint journal, on one thread.
 
-**PostgreSQL.** On this machine the database's CPU is the limit, and each statement costs it about the same; the keyed path pays for the claim and the stored answer (2 of 10 statements).
+**PostgreSQL.** On this machine the database's CPU is the limit, and each statement costs it about the same; the keyed path pays for the claim and the stored answer (2 of 11 statements).
 ";
 
 /// Where the report goes and what the run was.

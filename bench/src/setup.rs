@@ -87,6 +87,7 @@ pub async fn limit_database(
         include_str!("../../migrations/postgres/0001_checkout.sql"),
         include_str!("../../migrations/postgres/0002_key_request_body.sql"),
         include_str!("../../migrations/postgres/0003_shops_sessions_double_entry.sql"),
+        include_str!("../../migrations/postgres/0004_webhook_events.sql"),
     ] {
         execute(&url, migration).await;
     }

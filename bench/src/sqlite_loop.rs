@@ -7,7 +7,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use checkout_backend::store::{sql, sqlite_claim_key};
+use checkout_backend::store::{sql, sqlite_claim_key, sqlite_insert_event};
+
+/// A payment's event as the server writes it into the outbox (about this size).
+const EVENT_BODY: &str = r#"{"type":"payment.succeeded","timestamp":"2026-12-02T14:01:20.331Z","data":{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","created_at":"2026-12-02T14:01:20.331Z"}}"#;
 use rusqlite::{Connection, named_params};
 
 use crate::load::{Run, session_id};
@@ -26,6 +29,7 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
         include_str!("../../migrations/sqlite/0001_checkout.sql"),
         include_str!("../../migrations/sqlite/0002_key_request_body.sql"),
         include_str!("../../migrations/sqlite/0003_shops_sessions_double_entry.sql"),
+        include_str!("../../migrations/sqlite/0004_webhook_events.sql"),
     ] {
         conn.execute_batch(migration).unwrap();
     }
@@ -117,6 +121,12 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
         conn.prepare_cached(sql::INSERT_UNFOLDED_CREDIT)
             .unwrap()
             .execute(named_params! {"$1": payment, "$2": shop, "$3": 1})
+            .unwrap();
+        conn.prepare_cached(sqlite_insert_event())
+            .unwrap()
+            .execute(named_params! {"$1": format!("evt-{payment}"), "$2": shop,
+            "$3": "payment.succeeded", "$4": payment, "$5": EVENT_BODY,
+            "$6": 1_764_000_000_000_i64})
             .unwrap();
         conn.prepare_cached(sql::COMPLETE_KEY)
             .unwrap()

@@ -27,6 +27,11 @@ pub fn sqlite_claim_key() -> &'static str {
     &sqlite::CLAIM_KEY
 }
 
+/// The outbox's insert as SQLite spells it (its `seq` is the next one under the one writer).
+pub fn sqlite_insert_event() -> &'static str {
+    sqlite::INSERT_EVENT
+}
+
 /// The claim as PostgreSQL spells it.
 pub fn postgres_claim_key() -> &'static str {
     &postgres::CLAIM_KEY
