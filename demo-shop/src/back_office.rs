@@ -118,6 +118,7 @@ fn order_row(order: &Order) -> Markup {
                     } }
                     br; span.mono.payment { (payment_id) }
                 },
+                (OrderState::Expired, _) => span.muted.expired { "Срок оплаты истёк" },
                 _ => span.pending { "Ожидает оплаты" },
             } }
             td.num.refunded { (rub(order.refunded)) }
@@ -138,6 +139,7 @@ fn order_row(order: &Order) -> Markup {
                         }
                     },
                     OrderState::Paid => span.muted { "Возвращён полностью" },
+                    OrderState::Expired => span.muted { "—" },
                     OrderState::AwaitingPayment => {
                         form method="post" action=(format!("/admin/orders/{}/confirm", order.id)) {
                             button.secondary type="submit" { "Проверить оплату" }

@@ -20,6 +20,8 @@ pub struct Store {
 pub enum OrderState {
     AwaitingPayment,
     Paid,
+    /// Unpaid, and its checkout session lapsed: it can no longer be paid.
+    Expired,
 }
 
 #[derive(Clone, Debug)]
@@ -52,6 +54,7 @@ struct OrderRow {
     created_at: i64,
     paid_via: Option<String>,
     bonus: Option<i64>,
+    session_expired_at: Option<i64>,
 }
 
 impl From<OrderRow> for Order {
@@ -62,10 +65,10 @@ impl From<OrderRow> for Order {
             amount: row.amount,
             session_key: row.session_key,
             checkout_session_id: row.checkout_session_id,
-            state: if row.state == "paid" {
-                OrderState::Paid
-            } else {
-                OrderState::AwaitingPayment
+            state: match (row.state.as_str(), row.session_expired_at) {
+                ("paid", _) => OrderState::Paid,
+                (_, Some(_)) => OrderState::Expired,
+                _ => OrderState::AwaitingPayment,
             },
             payment_id: row.payment_id,
             refunded: row.refunded,
@@ -133,7 +136,7 @@ pub struct NewOrder<'a> {
 }
 
 const ORDER_COLUMNS: &str = "id, items, amount, session_key, checkout_session_id, state, \
-    payment_id, refunded, created_at, paid_via, \
+    payment_id, refunded, created_at, paid_via, session_expired_at, \
     (SELECT points FROM bonuses b WHERE b.order_id = orders.id) AS bonus";
 const REFUND_COLUMNS: &str =
     "idempotency_key, order_id, amount, state, refund_id, failure, created_at";
@@ -516,6 +519,23 @@ impl InboxTx {
         .bind(now_ms)
         .bind(order_id)
         .bind(amount)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The order's checkout session lapsed unpaid. `false` if it was paid (or told) already.
+    pub async fn order_session_expired(
+        &mut self,
+        order_id: &str,
+        now_ms: i64,
+    ) -> Result<bool, InboxError> {
+        let done = sqlx::query(
+            "UPDATE orders SET session_expired_at = $1
+             WHERE id = $2 AND state = 'awaiting_payment' AND session_expired_at IS NULL",
+        )
+        .bind(now_ms)
+        .bind(order_id)
         .execute(&mut *self.conn)
         .await?;
         Ok(done.rows_affected() == 1)

@@ -78,8 +78,14 @@ pub async fn order_page(
                 (order_state(&order))
                 p.muted { "После оплаты магазин сам сверит платёж с платёжным сервисом." }
             }
-            @match &order.checkout_session_id {
-                Some(session_id) => {
+            @match (&order.state, &order.checkout_session_id) {
+                // Nothing left to pay with: the session lapsed.
+                (OrderState::Expired, _) => {
+                    section.panel {
+                        a.primary href="/" { "Вернуться в каталог" }
+                    }
+                },
+                (_, Some(session_id)) => {
                     section.payment {
                         div #checkout data-checkout-session=(session_id) data-order=(order.id) {}
                     }
@@ -87,7 +93,7 @@ pub async fn order_page(
                     script type="module" src="/assets/shop.js" {}
                     script type="module" src=(format!("{}checkout.js", shop.checkout.base())) {}
                 },
-                None => {
+                (_, None) => {
                     section.panel {
                         p.error role="alert" { "Не удалось начать оплату: платёжный сервис не ответил." }
                         form method="post" action=(format!("/orders/{}/checkout-session", order.id)) {
@@ -148,6 +154,7 @@ fn order_state(order: &Order) -> Markup {
             @match order.state {
                 OrderState::Paid => "Заказ оплачен",
                 OrderState::AwaitingPayment => "Ожидает оплаты",
+                OrderState::Expired => "Срок оплаты истёк: оформите заказ заново",
             }
         }
     }
@@ -157,5 +164,6 @@ pub fn state_name(order: &Order) -> &'static str {
     match order.state {
         OrderState::Paid => "paid",
         OrderState::AwaitingPayment => "awaiting_payment",
+        OrderState::Expired => "expired",
     }
 }

@@ -163,8 +163,15 @@ impl Operation<InboxTx> for ApplyEvent {
                 tx.set_bonus(&order_id, ROUBLES_PER_POINT, now).await?;
                 "refund recorded"
             }
-            // The order keeps waiting: the shopper may order again, under a new session.
-            "checkout_session.expired" => "session expired",
+            // The order can no longer be paid; the shopper orders again (a new order, a new
+            // session).
+            "checkout_session.expired" => {
+                if tx.order_session_expired(&order_id, now).await? {
+                    "order expired"
+                } else {
+                    "order already settled"
+                }
+            }
             // Recorded, so that it is never applied later by surprise; no effect today.
             _ => "ignored",
         };

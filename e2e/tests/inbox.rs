@@ -30,6 +30,16 @@ async fn world(backend: Backend, shop_env: &[(&str, &str)]) -> World {
 
 /// A world whose checkout looks for due events every `poll_ms`.
 async fn world_polling(backend: Backend, shop_env: &[(&str, &str)], poll_ms: &str) -> World {
+    world_with(backend, shop_env, poll_ms, &[]).await
+}
+
+/// A world whose checkout also has these settings.
+async fn world_with(
+    backend: Backend,
+    shop_env: &[(&str, &str)],
+    poll_ms: &str,
+    server_extra: &[(&str, &str)],
+) -> World {
     let db = TestDb::new(backend).await;
     let credentials = tempfile::tempdir().unwrap();
     let file = credentials.path().join("demo-shop.json");
@@ -47,6 +57,7 @@ async fn world_polling(backend: Backend, shop_env: &[(&str, &str)], poll_ms: &st
         ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "100"),
     ]
     .iter()
+    .chain(server_extra)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let server = start_checkout(&db, &server_env).await;
@@ -129,6 +140,10 @@ impl World {
 
     async fn shop_count(&self, sql: &str) -> i64 {
         self.shop.scalar(sql).await
+    }
+
+    async fn shop_text(&self, sql: &str) -> String {
+        self.shop.text(sql).await.expect("a row")
     }
 }
 
@@ -367,4 +382,72 @@ async fn a_checkout_killed_before_sending_delivers_after_restart_and_the_order_i
         );
         w.db.assert_invariants().await;
     }
+}
+
+/// The checkout closes a session that lapsed unpaid and tells the shop: the order says so, its
+/// page no longer offers to pay, and the same event again changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_that_lapses_unpaid_marks_the_order_expired_once() {
+    let w = world_with(
+        Backend::Sqlite,
+        &[],
+        "20",
+        &[
+            ("CHECKOUT_SESSION_TTL_SECS", "1"),
+            ("CHECKOUT_SWEEP_SECS", "1"),
+        ],
+    )
+    .await;
+    let order = w.order().await;
+    let expired = format!(
+        "SELECT COUNT(*) FROM orders WHERE id = '{order}' AND state = 'awaiting_payment' AND session_expired_at IS NOT NULL"
+    );
+    let told = || async { w.shop_count(&expired).await == 1 };
+    wait_until("the shop learns that the session lapsed", WITHIN, told).await;
+    assert_eq!(
+        w.shop_count("SELECT COUNT(*) FROM inbox").await,
+        1,
+        "one event, once"
+    );
+
+    let page = w
+        .http
+        .get(format!("{}/orders/{order}", w.shop.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Срок оплаты истёк"), "{page}");
+    assert!(
+        !page.contains("data-checkout-session"),
+        "no widget for a session that cannot be paid"
+    );
+    let admin = w
+        .http
+        .get(format!("{}/admin", w.shop.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(admin.contains("Срок оплаты истёк"), "{admin}");
+
+    // The same event again (its id and body from the inbox): absorbed, nothing changes.
+    let (event_id, body) = (
+        w.shop_text("SELECT webhook_id FROM inbox").await,
+        w.shop_text("SELECT request_body FROM inbox").await,
+    );
+    let (status, answer) = w
+        .deliver(&event_id, now_s(), &w.signing_secret(), &body)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains("order expired"),
+        "the stored answer: {answer}"
+    );
+    assert_eq!(w.shop_count(&expired).await, 1);
+    assert_eq!(w.shop_count("SELECT COUNT(*) FROM inbox").await, 1);
 }
