@@ -83,12 +83,7 @@ pub async fn limit_database(
     accounts: usize,
 ) -> String {
     let url = cluster.create_database().await;
-    for migration in [
-        include_str!("../../migrations/postgres/0001_checkout.sql"),
-        include_str!("../../migrations/postgres/0002_key_request_body.sql"),
-        include_str!("../../migrations/postgres/0003_shops_sessions_double_entry.sql"),
-        include_str!("../../migrations/postgres/0004_webhook_events.sql"),
-    ] {
+    for migration in checkout_backend::store::postgres_migrations() {
         execute(&url, migration).await;
     }
     execute(

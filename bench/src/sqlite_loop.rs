@@ -25,12 +25,7 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
          PRAGMA temp_store = MEMORY; PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 10000;",
     )
     .unwrap();
-    for migration in [
-        include_str!("../../migrations/sqlite/0001_checkout.sql"),
-        include_str!("../../migrations/sqlite/0002_key_request_body.sql"),
-        include_str!("../../migrations/sqlite/0003_shops_sessions_double_entry.sql"),
-        include_str!("../../migrations/sqlite/0004_webhook_events.sql"),
-    ] {
+    for migration in checkout_backend::store::sqlite_migrations() {
         conn.execute_batch(migration).unwrap();
     }
     for i in 0..accounts {

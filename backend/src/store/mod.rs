@@ -32,6 +32,17 @@ pub fn sqlite_insert_event() -> &'static str {
     sqlite::INSERT_EVENT
 }
 
+/// The server's migrations, in order, as SQL text (for a benchmark that builds the same schema
+/// outside the server: it can never fall behind a new migration).
+pub fn sqlite_migrations() -> impl Iterator<Item = &'static str> {
+    sqlite::MIGRATOR.iter().map(|migration| &*migration.sql)
+}
+
+/// The same, as PostgreSQL's.
+pub fn postgres_migrations() -> impl Iterator<Item = &'static str> {
+    postgres::MIGRATOR.iter().map(|migration| &*migration.sql)
+}
+
 /// The claim as PostgreSQL spells it.
 pub fn postgres_claim_key() -> &'static str {
     &postgres::CLAIM_KEY
