@@ -2,37 +2,16 @@
 //! real server over real SQLite and real PostgreSQL: every counter has the exact value the
 //! sequence implies.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use checkout_testkit as support;
 use reqwest::StatusCode;
 use support::receiver::Receiver;
-use support::{Backend, Server, TestDb, new_key, pay_session, session_request};
+use support::{Backend, Server, TestDb, metric as value, new_key, pay_session, session_request};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
 checkout_testkit::on_both_databases!(a_scripted_sequence_scrapes_as_exact_counts);
-
-/// The value of the series `name` whose labels are exactly `labels`, if it was exported.
-fn value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let wanted: BTreeSet<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-    scrape.lines().find_map(|line| {
-        let (series, number) = line.rsplit_once(' ')?;
-        let (series_name, found) = match series.split_once('{') {
-            Some((n, rest)) => (
-                n,
-                rest.trim_end_matches('}')
-                    .split(',')
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            ),
-            None => (series, BTreeSet::new()),
-        };
-        (series_name == name && found == wanted).then(|| number.parse().ok())?
-    })
-}
 
 async fn scrape(url: &str) -> String {
     let response = reqwest::get(url)

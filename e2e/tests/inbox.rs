@@ -142,6 +142,13 @@ impl World {
         self.shop.scalar(sql).await
     }
 
+    /// The body of a GET of `url`.
+    async fn text(&self, url: &str) -> String {
+        let answer = self.http.get(url).send().await.unwrap();
+        assert!(answer.status().is_success(), "{url}: {}", answer.status());
+        answer.text().await.unwrap()
+    }
+
     async fn shop_text(&self, sql: &str) -> String {
         self.shop.text(sql).await.expect("a row")
     }
@@ -226,21 +233,14 @@ async fn the_same_event_again_or_racing_changes_nothing_the_second_time() {
     );
 
     // The shop's metrics count what the inbox absorbed.
-    let scrape = w
-        .http
-        .get(format!("http://{metrics_addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = w.text(&format!("http://{metrics_addr}/metrics")).await;
     let count = |outcome: &str| {
-        let series = format!("shop_inbox_deliveries_total{{outcome=\"{outcome}\"}} ");
-        scrape
-            .lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .map_or(0, |n| n.parse::<u64>().unwrap())
+        checkout_testkit::metric(
+            &scrape,
+            "shop_inbox_deliveries_total",
+            &[("outcome", outcome)],
+        )
+        .map_or(0, |n| n as u64)
     };
     let conflicts = copies.iter().filter(|(s, _)| *s == 409).count() as u64;
     assert_eq!(count("applied"), 2, "{scrape}");
@@ -410,29 +410,13 @@ async fn a_session_that_lapses_unpaid_marks_the_order_expired_once() {
         "one event, once"
     );
 
-    let page = w
-        .http
-        .get(format!("{}/orders/{order}", w.shop.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = w.text(&format!("{}/orders/{order}", w.shop.base)).await;
     assert!(page.contains("Срок оплаты истёк"), "{page}");
     assert!(
         !page.contains("data-checkout-session"),
         "no widget for a session that cannot be paid"
     );
-    let admin = w
-        .http
-        .get(format!("{}/admin", w.shop.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let admin = w.text(&format!("{}/admin", w.shop.base)).await;
     assert!(admin.contains("Срок оплаты истёк"), "{admin}");
 
     // The same event again (its id and body from the inbox): absorbed, nothing changes.

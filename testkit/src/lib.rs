@@ -880,6 +880,28 @@ where
     }
 }
 
+/// The value of the series `name` whose labels are exactly `labels` in a Prometheus text
+/// scrape, if it was exported (label order does not matter).
+pub fn metric(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let wanted: std::collections::BTreeSet<String> =
+        labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    scrape.lines().find_map(|line| {
+        let (series, number) = line.rsplit_once(' ')?;
+        let (series_name, found) = match series.split_once('{') {
+            Some((n, rest)) => (
+                n,
+                rest.trim_end_matches('}')
+                    .split(',')
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            None => (series, std::collections::BTreeSet::new()),
+        };
+        (series_name == name && found == wanted).then(|| number.parse().ok())?
+    })
+}
+
 pub fn new_key() -> String {
     uuid::Uuid::new_v4().to_string()
 }
