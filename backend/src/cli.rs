@@ -29,11 +29,14 @@ pub fn main_with(seams: Seams) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(Command::Shop {
-        action: ShopCommand::Add { name, webhook_url },
-    }) = cli.command
-    {
-        return shop_add(&cli.config, &name, webhook_url.as_deref());
+    match cli.command {
+        Some(Command::Shop {
+            action: ShopCommand::Add { name, webhook_url },
+        }) => return shop_add(&cli.config, &name, webhook_url.as_deref()),
+        Some(Command::Shop {
+            action: ShopCommand::SetWebhook { shop, url, .. },
+        }) => return shop_set_webhook(&cli.config, &shop, url.as_deref()),
+        None => {}
     }
     let config = cli.config;
     let filter =
@@ -73,6 +76,32 @@ pub fn main_with(seams: Seams) -> ExitCode {
 /// only time they are shown), or one line on stderr. Works beside a running server, on either
 /// database.
 fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode {
+    operator_command(config, |store| async move {
+        let shop = crate::shops::add(&store, name, webhook_url)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::to_string(&shop).expect("a shop serializes"))
+    })
+}
+
+/// `checkout-server shop set-webhook`: one JSON line saying what the shop's endpoint is now.
+fn shop_set_webhook(config: &Config, shop_id: &str, url: Option<&str>) -> ExitCode {
+    operator_command(config, |store| async move {
+        crate::shops::set_webhook_url(&store, shop_id, url)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({ "shop_id": shop_id, "webhook_url": url }).to_string())
+    })
+}
+
+/// An operator's command over the server's database (beside a running server, which keeps its
+/// SQLite file to itself only against other servers): one line on stdout when it worked, one
+/// line on stderr and a failing exit when not.
+fn operator_command<F, Fut>(config: &Config, command: F) -> ExitCode
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -80,7 +109,7 @@ fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode 
             return ExitCode::FAILURE;
         }
     };
-    let added = runtime.block_on(async {
+    let done = runtime.block_on(async {
         let settings = crate::store::StoreSettings {
             exclusive: false,
             ..config.store_settings()
@@ -93,16 +122,11 @@ fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode 
                     config.database_url_redacted()
                 )
             })?;
-        crate::shops::add(&store, name, webhook_url)
-            .await
-            .map_err(|e| e.to_string())
+        command(store).await
     });
-    match added {
-        Ok(shop) => {
-            println!(
-                "{}",
-                serde_json::to_string(&shop).expect("a shop serializes")
-            );
+    match done {
+        Ok(line) => {
+            println!("{line}");
             ExitCode::SUCCESS
         }
         Err(error) => {

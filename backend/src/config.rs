@@ -37,9 +37,23 @@ pub enum ShopCommand {
         /// The name shoppers see.
         #[arg(long)]
         name: String,
-        /// Where its events are sent (http or https).
+        /// Where its events are sent: an https URL (http only to a loopback address, for
+        /// demos and tests).
         #[arg(long)]
         webhook_url: Option<String>,
+    },
+    /// Sets or clears a shop's webhook URL. Events it has not received yet (waiting for
+    /// delivery, or kept while it had none) go to the new URL at once.
+    SetWebhook {
+        /// The shop's id (`shop_…`, as `shop add` printed it).
+        #[arg(long)]
+        shop: String,
+        /// The new endpoint: https (http only to a loopback address).
+        #[arg(long, conflicts_with = "clear", required_unless_present = "clear")]
+        url: Option<String>,
+        /// No endpoint: events are kept (`no_endpoint`) until the shop has one again.
+        #[arg(long)]
+        clear: bool,
     },
 }
 
@@ -99,6 +113,12 @@ pub struct Config {
     #[arg(long = "sqlite-batch", env = "CHECKOUT_SQLITE_BATCH", default_value_t = 64,
           value_parser = clap::value_parser!(u16).range(1..=1_000))]
     pub sqlite_batch: u16,
+
+    /// SQLite: the most the database file may grow to, in KiB (unset: as the disk allows).
+    /// Past it, writes are refused with `503` and nothing of a refused request is kept.
+    #[arg(long = "sqlite-max-size-kib", env = "CHECKOUT_SQLITE_MAX_SIZE_KIB",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub sqlite_max_size_kib: Option<u64>,
 
     /// How long a new checkout session can be paid.
     #[arg(long = "session-ttl-secs", env = "CHECKOUT_SESSION_TTL_SECS", default_value_t = 1_800,
@@ -193,6 +213,7 @@ impl Config {
             lock_timeout: self.lock_timeout(),
             sqlite_batch: usize::from(self.sqlite_batch),
             exclusive: true,
+            sqlite_max_size_kib: self.sqlite_max_size_kib,
         }
     }
 

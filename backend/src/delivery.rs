@@ -4,10 +4,13 @@
 //! after the shop's `2xx`, so a crash in between sends it again, with the same `webhook-id`.
 //!
 //! Instances share the work through the database: each claims due events under a lease
-//! (`SKIP LOCKED` on PostgreSQL), so none is sent by two at once. Events of one payment go out
-//! in order (the claim skips an event while an earlier one of its subject is pending). Sends run
-//! side by side, each bounded by a timeout, so a slow or dead shop only delays its own events;
-//! nothing here touches the money path, which only ever inserts a row.
+//! (`SKIP LOCKED` on PostgreSQL), so none is sent by two at once; leases and due times are
+//! read on the database's clock, so instances whose clocks disagree cannot take each other's
+//! events early. Events of one payment go out in order (the claim skips an event while an
+//! earlier one of its subject is pending). Sends run side by side, each bounded by a timeout,
+//! and each shop has at most [`DeliverySettings::per_shop`] in flight, so a slow or dead shop
+//! only delays its own events; nothing here touches the money path, which only ever inserts a
+//! row.
 
 use crate::metrics::Delivery;
 use std::sync::Arc;
@@ -32,6 +35,9 @@ pub struct DeliverySettings {
     pub poll: Duration,
     /// Sends in flight at once, per instance.
     pub in_flight: usize,
+    /// Sends in flight at once to any one shop (leases count across instances): the claim
+    /// takes turns between shops, so one shop's hanging endpoint holds at most this many.
+    pub per_shop: usize,
 }
 
 pub const MAX_PAUSE: Duration = Duration::from_secs(4 * 3600);
@@ -44,6 +50,7 @@ impl Default for DeliverySettings {
             attempts: 13,
             poll: Duration::from_millis(500),
             in_flight: 16,
+            per_shop: 4,
         }
     }
 }
@@ -106,11 +113,26 @@ async fn claim(
     store: &Store,
     settings: &DeliverySettings,
     limit: usize,
-) -> Result<Vec<EventRow>, crate::store::StoreError> {
-    let now = now_ms();
+) -> Result<Vec<Leased>, crate::store::StoreError> {
     // The lease outlasts one attempt, so no other instance takes the event while it is sent.
-    let lease = now + millis(settings.timeout) + 5_000;
-    store.claim_due_events(now, lease, limit as i64).await
+    let lease_ms = millis(settings.timeout) + 5_000;
+    let lease_id = uuid::Uuid::new_v4().simple().to_string();
+    let events = store
+        .claim_due_events(lease_ms, &lease_id, settings.per_shop as i64, limit as i64)
+        .await?;
+    Ok(events
+        .into_iter()
+        .map(|event| Leased {
+            event,
+            lease_id: lease_id.clone(),
+        })
+        .collect())
+}
+
+/// An event this worker holds the lease of.
+struct Leased {
+    event: EventRow,
+    lease_id: String,
 }
 
 /// One attempt, then its outcome recorded: delivered, retried later, or dead.
@@ -118,13 +140,13 @@ async fn deliver(
     store: &Store,
     client: &reqwest::Client,
     settings: &DeliverySettings,
-    event: EventRow,
+    Leased { event, lease_id }: Leased,
 ) {
     let sent = send(store, client, &event).await;
     let settled = match sent {
         Sent::Delivered => {
             tracing::info!(event = %event.event_id, attempts = event.attempts, "webhook delivered");
-            EventSettled::Delivered { at_ms: now_ms() }
+            EventSettled::Delivered
         }
         Sent::Failed(error) if event.attempts >= i64::from(settings.attempts) => {
             tracing::warn!(event = %event.event_id, attempts = event.attempts, %error, "webhook event is dead");
@@ -133,18 +155,21 @@ async fn deliver(
         Sent::Failed(error) => {
             let pause = pause_after(settings, event.attempts);
             tracing::info!(event = %event.event_id, attempts = event.attempts, %error, ?pause, "webhook attempt failed; will retry");
-            EventSettled::RetryAt {
-                at_ms: now_ms() + millis(pause),
+            EventSettled::RetryAfter {
+                pause_ms: millis(pause),
                 error,
             }
         }
     };
     crate::metrics::delivery(match settled {
-        EventSettled::Delivered { .. } => Delivery::Delivered,
+        EventSettled::Delivered => Delivery::Delivered,
         EventSettled::Dead { .. } => Delivery::Dead,
-        EventSettled::RetryAt { .. } => Delivery::Retry,
+        EventSettled::RetryAfter { .. } => Delivery::Retry,
     });
-    if let Err(error) = store.settle_event(&event.event_id, settled).await {
+    if let Err(error) = store
+        .settle_event(&event.event_id, &lease_id, settled)
+        .await
+    {
         // The lease lapses and the event is sent again: at least once, never lost.
         tracing::warn!(event = %event.event_id, %error, "recording a webhook attempt failed");
     }

@@ -168,8 +168,8 @@ pub async fn create_checkout_session(
         currency: DEFAULT_CURRENCY.into(),
         kind: AccountKind::Shop,
     };
-    let body = serde_json::to_value(&request).expect("a request serializes");
     let session = NewCheckoutSession::validate(&shop, request, app.session_ttl)?;
+    let body = session.canonical();
     let key = uuid::Uuid::new_v4().to_string();
     let keyed = KeyedRequest {
         scope: &shop.account_id,

@@ -93,6 +93,11 @@ impl IntoResponse for ApiError {
                     StoreError::Other(_) | StoreError::LostClaim => {
                         "internal error; nothing was charged, retry with the same key"
                     }
+                    // The commit was sent; whether it took is not known here. The key knows:
+                    // a retry with it answers what happened, and never charges twice.
+                    StoreError::InDoubt(_) => {
+                        "the database did not confirm the outcome; retry with the same key: the answer will say what happened, and nothing is charged twice"
+                    }
                     _ => "the database is busy or unreachable; nothing was charged, retry with the same key",
                 }
                 .to_owned()

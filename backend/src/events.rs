@@ -244,7 +244,7 @@ pub async fn redeliver(
     let shop = principal.as_shop()?;
     let row = app
         .store
-        .redeliver_event(&shop.account_id, &event_id, clock::now_ms())
+        .redeliver_event(&shop.account_id, &event_id)
         .await?
         .ok_or_else(not_found)?;
     app.deliveries.notify_one();

@@ -6,7 +6,6 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::{StatusCode, header, request::Parts};
 use checkout_shared::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey, KeyError};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::AppState;
 use crate::accounts::{Principal, token_hash};
@@ -111,11 +110,12 @@ pub fn not_a_session() -> ApiError {
     ApiError::NotFound("there is no such checkout session".into())
 }
 
-/// A JSON request body: parsed strictly into `T` (unknown fields, wrong types, fractional or
-/// string amounts are `400`), and kept as a JSON value for the request's fingerprint.
+/// A JSON request body, parsed strictly into `T` (unknown or duplicate fields, wrong types,
+/// fractional or string amounts are `400`). A keyed request's fingerprint is taken over the
+/// typed request with its defaults applied (see each operation's `canonical`), never over these
+/// bytes: what means the same is the same request.
 pub struct JsonBody<T> {
     pub value: T,
-    pub canonical: Value,
 }
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
@@ -153,10 +153,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
         let invalid = |error: serde_json::Error| {
             ApiError::InvalidRequest(format!("invalid JSON body: {error}"))
         };
-        // Parsed twice on purpose: straight into `T` refuses duplicate fields, which a
-        // `Value` would silently collapse; the `Value` is what the fingerprint canonicalises.
         let value = serde_json::from_slice(&bytes).map_err(invalid)?;
-        let canonical = serde_json::from_slice(&bytes).map_err(invalid)?;
-        Ok(JsonBody { value, canonical })
+        Ok(JsonBody { value })
     }
 }

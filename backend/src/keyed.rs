@@ -44,10 +44,13 @@ impl KeyOutcome {
     }
 }
 
-/// What a keyed POST asks: its route (as the client sent it) and its JSON body.
+/// What a keyed POST asks: its route (as the client sent it) and its request in canonical
+/// form (typed, defaults applied: the fingerprint's input); and, for a request that creates
+/// something readable, where it can be read (`Location` of a `201`, from the stored body).
 pub struct Asked<'a> {
     pub route: &'a str,
     pub body: &'a Value,
+    pub location: Option<fn(&Value) -> Option<String>>,
 }
 
 /// Runs `operation` once per (principal, key) and answers every copy of the request. Every
@@ -80,13 +83,29 @@ where
                 && let Ok(problem) = serde_json::from_str::<Problem>(&response.body)
             {
                 crate::metrics::decline(problem.code.as_str());
+            } else {
+                // A payment or a refund wrote its event with the money: send it now, not at
+                // the delivery worker's next look.
+                app.deliveries.notify_one();
             }
-            expiring(answer(response, KeyOutcome::First), expires_at_ms)
+            let response = located(
+                answer(response.clone(), KeyOutcome::First),
+                &response,
+                &asked,
+            );
+            expiring(response, expires_at_ms)
         }
         Outcome::Replayed {
             response,
             expires_at_ms,
-        } => expiring(answer(response, KeyOutcome::Replay), expires_at_ms),
+        } => {
+            let response = located(
+                answer(response.clone(), KeyOutcome::Replay),
+                &response,
+                &asked,
+            );
+            expiring(response, expires_at_ms)
+        }
         Outcome::KeyReused {
             fields,
             expires_at_ms,
@@ -100,6 +119,21 @@ where
         Outcome::InUse => with_outcome(ApiError::KeyInUse.into_response(), KeyOutcome::Conflict),
         Outcome::TryAgain => ApiError::Contended.into_response(),
     })
+}
+
+/// `Location` of what a `201` created, read from its stored body.
+fn located(mut response: Response, stored: &StoredResponse, asked: &Asked<'_>) -> Response {
+    if stored.status != StatusCode::CREATED.as_u16() {
+        return response;
+    }
+    let location = asked.location.and_then(|locate| {
+        let body: Value = serde_json::from_str(&stored.body).ok()?;
+        locate(&body)
+    });
+    if let Some(value) = location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
 }
 
 /// `Idempotency-Key-Expires`, as an IMF-fixdate (HTTP's date format).

@@ -114,8 +114,13 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         )
         .await?;
     }
-    let sweeper = sweeper::spawn(store.clone(), config.key_ttl(), config.sweep_every());
     let deliveries = Arc::new(tokio::sync::Notify::new());
+    let sweeper = sweeper::spawn(
+        store.clone(),
+        config.key_ttl(),
+        config.sweep_every(),
+        deliveries.clone(),
+    );
     let delivery = delivery::spawn(store.clone(), config.delivery(), deliveries.clone());
     let mut protocol = Protocol::new(config.key_ttl()).with_lock_timeout(config.lock_timeout());
     if let Some(hooks) = seams.hooks {

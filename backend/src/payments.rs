@@ -71,9 +71,13 @@ pub async fn create(
     body: JsonBody<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let charge = Charge::validate(&principal, body.value)?;
+    let canonical = serde_json::json!({ "checkout_session_id": charge.checkout_session_id });
     let asked = Asked {
         route: "/api/payments",
-        body: &body.canonical,
+        body: &canonical,
+        location: Some(|payment| {
+            Some(format!("/api/payments/{}", payment["payment_id"].as_str()?))
+        }),
     };
     keyed::execute(&app, &principal, &key, asked, charge).await
 }

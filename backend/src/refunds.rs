@@ -61,9 +61,11 @@ pub async fn create(
         payment_id,
         amount: body.value.amount,
     };
+    let canonical = serde_json::json!({ "amount": order.amount });
     let asked = Asked {
         route: &route,
-        body: &body.canonical,
+        body: &canonical,
+        location: None,
     };
     keyed::execute(&app, shop, &key, asked, order).await
 }

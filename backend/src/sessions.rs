@@ -89,6 +89,22 @@ impl NewCheckoutSession {
     }
 }
 
+impl NewCheckoutSession {
+    /// The request as it is understood, defaults applied: what the key's fingerprint is taken
+    /// over, so that an omitted currency and the shop's own, or no items and `[]`, are one
+    /// request, and a `422` names only fields whose meaning differs.
+    pub fn canonical(&self) -> serde_json::Value {
+        serde_json::to_value(CreateCheckoutSession {
+            order_id: self.order_id.clone(),
+            amount: self.amount,
+            currency: Some(self.currency.clone()),
+            description: self.description.clone(),
+            items: Some(self.items.clone()),
+        })
+        .expect("a request serializes")
+    }
+}
+
 fn text(value: &str, what: &str) -> Result<(), ApiError> {
     let length = value.chars().count();
     if (1..=MAX_TEXT).contains(&length) && !value.chars().any(char::is_control) {
@@ -128,9 +144,15 @@ pub async fn create(
     let session = NewCheckoutSession::validate(shop, body.value, app.session_ttl)?;
     let asked = Asked {
         route: ROUTE,
-        body: &body.canonical,
+        body: &session.canonical(),
+        location: Some(location),
     };
     keyed::execute(&app, shop, &key, asked, session).await
+}
+
+/// Where a new session is read.
+pub fn location(session: &serde_json::Value) -> Option<String> {
+    Some(format!("{ROUTE}/{}", session["session_id"].as_str()?))
 }
 
 /// The business step of a session, inside the protocol's transaction: the session row, or the

@@ -2,9 +2,11 @@
 //! checkout sessions that lapsed unpaid (telling their shops). Ledger, payments and refunds are
 //! never swept.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use checkout_idempotency::now_ms;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::store::{Store, StoreError};
@@ -13,7 +15,13 @@ use crate::store::{Store, StoreError};
 /// payments are never stuck behind a large backlog.
 pub const BATCH: i64 = 500;
 
-pub fn spawn(store: Store, key_ttl: Duration, every: Duration) -> JoinHandle<()> {
+/// Starts the sweeper; `deliveries` is woken when a lapsed session's event was written.
+pub fn spawn(
+    store: Store,
+    key_ttl: Duration,
+    every: Duration,
+    deliveries: Arc<Notify>,
+) -> JoinHandle<()> {
     let ttl_ms = i64::try_from(key_ttl.as_millis()).unwrap_or(i64::MAX);
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
@@ -27,7 +35,10 @@ pub fn spawn(store: Store, key_ttl: Duration, every: Duration) -> JoinHandle<()>
             }
             match expire_sessions(&store).await {
                 Ok(0) => {}
-                Ok(expired) => tracing::info!(expired, "checkout sessions lapsed unpaid"),
+                Ok(expired) => {
+                    tracing::info!(expired, "checkout sessions lapsed unpaid");
+                    deliveries.notify_one();
+                }
                 Err(error) => tracing::warn!(%error, "expiring sessions failed; will retry"),
             }
         }

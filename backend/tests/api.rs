@@ -32,6 +32,7 @@ checkout_testkit::on_both_databases!(
     every_answer_about_a_kept_key_says_when_it_expires,
     a_reused_key_names_the_fields_that_differ,
     a_key_status_tells_its_own_principal_only,
+    what_means_the_same_is_the_same_request,
 );
 
 /// Starts a server over a fresh database; gives one demo shopper and one shop.
@@ -902,18 +903,25 @@ async fn a_reused_key_names_the_fields_that_differ(backend: Backend) {
         "values are never echoed: {}",
         amount.body
     );
+    // The shop's own currency, spelled out, means what its omission meant: only the order
+    // differs.
     let more = make(json!({"order_id": "ord-g", "amount": 300, "currency": "RUB"})).await;
     more.assert_problem(422, "idempotency_key_reused");
-    assert_eq!(more.json()["fields"], json!(["currency", "order_id"]));
-    // The same key on another route of the same principal is another request too.
+    assert_eq!(more.json()["fields"], json!(["order_id"]));
+    // The same key on another route of the same principal is another request too; fields of
+    // two different requests are not compared.
     let elsewhere = shop
         .refund(&format!("pay_{}", "0".repeat(32)), &key, 300)
         .await;
     elsewhere.assert_problem(422, "idempotency_key_reused");
-    assert_eq!(
-        elsewhere.json()["fields"],
-        json!(["order_id"]),
-        "the amount is the same"
+    assert_eq!(elsewhere.json()["fields"], json!([]));
+    assert!(
+        elsewhere.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("another route"),
+        "{}",
+        elsewhere.body
     );
     let reordered = make(json!({"amount": 300, "order_id": "ord-f"})).await;
     assert!(
@@ -985,5 +993,62 @@ async fn a_key_status_tells_its_own_principal_only(backend: Backend) {
         .get(&format!("/api/idempotency-keys/{encoded}"))
         .await
         .assert_problem(404, "not_found");
+    db.assert_invariants().await;
+}
+
+/// A request is fingerprinted as it is understood, defaults applied: the shop's own currency
+/// spelled out or left out, no items or `[]`, no description or `null` are one request, and
+/// its replay says where the session is (`Location`). Before the fix each spelling was a
+/// different request under the key (`422`), and no `Location` was sent.
+async fn what_means_the_same_is_the_same_request(backend: Backend) {
+    let (db, _server, shopper, shop) = setup(backend).await;
+    let key = new_key();
+    let first = shop
+        .try_session(&key, &json!({"order_id": "ord-same", "amount": 2_500}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let session_id = first.json()["session_id"].as_str().unwrap().to_owned();
+    let location = format!("/api/checkout-sessions/{session_id}");
+    for spelled in [
+        json!({"order_id": "ord-same", "amount": 2_500, "currency": "RUB"}),
+        json!({"order_id": "ord-same", "amount": 2_500, "items": []}),
+        json!({"order_id": "ord-same", "amount": 2_500, "description": null}),
+        json!({"order_id": "ord-same", "amount": 2_500, "currency": "RUB", "items": [], "description": null}),
+    ] {
+        let again = shop.try_session(&key, &spelled).await;
+        assert_eq!(
+            again.status,
+            StatusCode::CREATED,
+            "{spelled}: {}",
+            again.body
+        );
+        assert!(again.replayed(), "{spelled}");
+        assert_eq!(again.body, first.body);
+        assert_eq!(again.headers.get("location"), Some(&location), "{spelled}");
+    }
+    assert_eq!(first.headers.get("location"), Some(&location));
+    let described = shop
+        .try_session(
+            &key,
+            &json!({"order_id": "ord-same", "amount": 2_500, "description": "Подарок"}),
+        )
+        .await;
+    described.assert_problem(422, "idempotency_key_reused");
+    assert_eq!(described.json()["fields"], json!(["description"]));
+    // What Location names can be read.
+    assert_eq!(shop.api.get(&location).await.status, StatusCode::OK);
+
+    // A payment's 201 names the payment, first time and replayed.
+    let pay_key = new_key();
+    let paid = shopper.pay(&pay_key, &pay_session(&session_id)).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
+    let payment_location = format!(
+        "/api/payments/{}",
+        paid.json()["payment_id"].as_str().unwrap()
+    );
+    assert_eq!(paid.headers.get("location"), Some(&payment_location));
+    let replayed = shopper.pay(&pay_key, &pay_session(&session_id)).await;
+    assert_eq!(replayed.headers.get("location"), Some(&payment_location));
+    assert_eq!(shopper.get(&payment_location).await.status, StatusCode::OK);
     db.assert_invariants().await;
 }

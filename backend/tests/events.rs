@@ -21,6 +21,10 @@ checkout_testkit::on_both_databases!(
     an_endpoint_that_never_answers_is_dead_then_redelivered_by_hand,
     a_server_killed_mid_delivery_sends_the_event_again_after_restart,
     a_dead_shop_endpoint_delays_only_its_own_events,
+    a_hanging_shop_holds_at_most_its_share_of_the_senders,
+    a_redelivery_asked_during_an_attempt_waits_for_it_and_is_not_undone,
+    a_payment_and_a_refund_wake_the_delivery_at_once,
+    a_shop_given_its_webhook_url_later_receives_what_it_missed,
     events_are_listed_newest_first_in_pages,
     a_session_that_lapses_unpaid_is_told_to_its_shop,
 );
@@ -29,14 +33,10 @@ checkout_testkit::on_both_databases!(
 async fn two_instances_deliver_a_backlog_of_a_thousand_events_once_each() {
     use futures::StreamExt;
     let db = TestDb::new(Backend::Postgres).await;
-    // An instance that looks for due events only every ten minutes: the backlog builds up.
-    let mut slow = FAST.to_vec();
-    slow[0] = ("CHECKOUT_WEBHOOK_POLL_MS", "600000");
-    let mut builder = Server::start_with(SERVER, &db, &slow).await;
+    // The backlog builds up while the shop has no endpoint (its events are kept).
+    let mut builder = Server::start_with(SERVER, &db, &FAST).await;
     let receiver = Receiver::start().await;
-    let shop = builder
-        .add_shop_with_webhook("Лавка с очередью", &receiver.url)
-        .await;
+    let shop = builder.add_shop("Лавка с очередью").await;
     let shoppers: Vec<Api> =
         futures::future::join_all((0..10).map(|_| async { builder.api().shopper().await })).await;
     let paid = futures::stream::iter(0..1_000)
@@ -52,16 +52,27 @@ async fn two_instances_deliver_a_backlog_of_a_thousand_events_once_each() {
         .await;
     assert!(paid.iter().all(|s| *s == StatusCode::CREATED));
     assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM webhook_events WHERE status = 'pending'")
+        db.scalar("SELECT COUNT(*) FROM webhook_events WHERE status = 'no_endpoint'")
             .await,
         1_000
     );
 
-    // Two instances that deliver take over.
+    // The shop gets its endpoint once that instance is gone; two instances that deliver take
+    // over the backlog.
     builder.kill();
-    assert!(receiver.deliveries().is_empty());
     let first = Server::start_with(SERVER, &db, &FAST).await;
     let second = Server::start_with(SERVER, &db, &FAST).await;
+    let (ok, _, err) = first
+        .operator(&[
+            "shop",
+            "set-webhook",
+            "--shop",
+            &shop.shop_id,
+            "--url",
+            &receiver.url,
+        ])
+        .await;
+    assert!(ok, "{err}");
     support::wait_until(
         "the backlog was never delivered",
         Duration::from_secs(120),
@@ -115,8 +126,16 @@ struct World {
 }
 
 async fn world(backend: Backend) -> World {
+    world_with(backend, &[]).await
+}
+
+/// A world whose server has these settings besides [`FAST`].
+async fn world_with(backend: Backend, settings: &[(&str, &str)]) -> World {
     let db = TestDb::new(backend).await;
-    let server = Server::start_with(SERVER, &db, &FAST).await;
+    let mut env = FAST.to_vec();
+    env.retain(|(name, _)| !settings.iter().any(|(n, _)| n == name));
+    env.extend_from_slice(settings);
+    let server = Server::start_with(SERVER, &db, &env).await;
     let receiver = Receiver::start().await;
     let shopper = server.api().shopper().await;
     let shop = server
@@ -413,4 +432,229 @@ async fn a_session_that_lapses_unpaid_is_told_to_its_shop(backend: Backend) {
         "one event for the session"
     );
     db.assert_invariants().await;
+}
+
+/// A shop whose endpoint hangs (each attempt held until the sender's timeout) with a hundred
+/// events due holds only its share of an instance's senders: another shop's ten events are all
+/// delivered while the first attempts still hang. Before the fix the hanging shop's events
+/// filled every slot, and the other shop waited for the timeout.
+async fn a_hanging_shop_holds_at_most_its_share_of_the_senders(backend: Backend) {
+    let timeout = Duration::from_secs(30);
+    let w = world_with(
+        backend,
+        &[(
+            "CHECKOUT_WEBHOOK_TIMEOUT_MS",
+            &timeout.as_millis().to_string(),
+        )],
+    )
+    .await;
+    w.receiver.answer(vec![], Answer::Never);
+    for n in 0..100 {
+        pay(&w, &format!("HANG-{n}"), 100).await;
+    }
+    let healthy = Receiver::start().await;
+    let other = w
+        .server
+        .add_shop_with_webhook("Быстрая лавка", &healthy.url)
+        .await;
+    let started = std::time::Instant::now();
+    for n in 0..10 {
+        let body = other.checkout(&format!("FAST-{n}"), 2_000).await;
+        assert_eq!(
+            w.shopper.pay(&new_key(), &body).await.status,
+            StatusCode::CREATED
+        );
+    }
+    let got = healthy.wait_for(10, timeout / 2).await;
+    assert!(
+        started.elapsed() < timeout / 2,
+        "delivered while the hanging attempts were still held"
+    );
+    assert_eq!(got.len(), 10);
+    assert_eq!(
+        w.receiver.deliveries().len(),
+        4,
+        "the hanging shop holds 4 senders (its share), not all 16"
+    );
+}
+
+/// The shop asks for an event again while an attempt of it is in flight: the attempt keeps its
+/// lease (no second copy is sent beside it), and its failure does not undo the request: the
+/// event goes again after it, on a fresh schedule. Before the fix the request cleared the
+/// lease, so a second sender sent the same event at once.
+async fn a_redelivery_asked_during_an_attempt_waits_for_it_and_is_not_undone(backend: Backend) {
+    let w = world(backend).await;
+    w.receiver.answer(vec![Answer::Never], Answer::Status(200));
+    pay(&w, "ORD-LEASE", 5_000).await;
+    let first = w.receiver.wait_for(1, WITHIN).await[0].clone();
+    let asked = w
+        .shop
+        .api
+        .send(w.shop.api.post(
+            &format!("/api/events/{}/redelivery", first.webhook_id),
+            None,
+            &serde_json::json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
+    assert_eq!(asked.json()["status"], "pending");
+    assert_eq!(asked.json()["attempts"], 0, "a fresh schedule");
+    let delivered = wait_for_status(&w.shop, &first.webhook_id, "delivered").await;
+    let got = w.receiver.deliveries();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let timeout = Duration::from_millis(300);
+    assert!(
+        got[1].at >= got[0].at + timeout,
+        "the second attempt waited for the first to end: {:?} after it",
+        got[1].at - got[0].at
+    );
+    assert_eq!(
+        delivered["attempts"], 1,
+        "the failed attempt in flight did not count against the redelivery"
+    );
+    w.db.assert_invariants().await;
+}
+
+/// The delivery worker looks for due events rarely here (every ten minutes), yet a payment's
+/// and a refund's events reach the shop at once: the change wakes it. Before the fix they
+/// waited for the next look.
+async fn a_payment_and_a_refund_wake_the_delivery_at_once(backend: Backend) {
+    let w = world_with(backend, &[("CHECKOUT_WEBHOOK_POLL_MS", "600000")]).await;
+    let payment = pay(&w, "ORD-WAKE", 9_000).await;
+    w.receiver.wait_for(1, WITHIN).await;
+    let refunded = w.shop.refund(&payment, &new_key(), 1_000).await;
+    assert_eq!(refunded.status, StatusCode::CREATED);
+    let got = w.receiver.wait_for(2, WITHIN).await;
+    assert_eq!(body(&got[1])["type"], "refund.succeeded");
+}
+
+/// A shop added without a webhook URL keeps its events (`no_endpoint`); once its operator
+/// sets one (`shop set-webhook`), they are all sent there. Cleared, new events wait again.
+/// Clear-text http goes only to loopback; a redirect from the endpoint is not followed.
+async fn a_shop_given_its_webhook_url_later_receives_what_it_missed(backend: Backend) {
+    let w = world(backend).await;
+    let late = w.server.add_shop("Лавка без адреса").await;
+    let mut payments = Vec::new();
+    for n in 0..3 {
+        let body = late.checkout(&format!("LATE-{n}"), 1_000).await;
+        let paid = w.shopper.pay(&new_key(), &body).await;
+        assert_eq!(paid.status, StatusCode::CREATED);
+        payments.push(paid.json()["payment_id"].as_str().unwrap().to_owned());
+    }
+    let kept = events(&late, "").await;
+    assert!(
+        kept["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["status"] == "no_endpoint"),
+        "{kept}"
+    );
+
+    let receiver = Receiver::start().await;
+    let (ok, out, err) = w
+        .server
+        .operator(&[
+            "shop",
+            "set-webhook",
+            "--shop",
+            &late.shop_id,
+            "--url",
+            &receiver.url,
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&receiver.url), "{out}");
+    let got = receiver.wait_for(3, WITHIN).await;
+    let mut orders: Vec<String> = got
+        .iter()
+        .map(|d| body(d)["data"]["order_id"].as_str().unwrap().to_owned())
+        .collect();
+    orders.sort();
+    assert_eq!(orders, ["LATE-0", "LATE-1", "LATE-2"]);
+    for delivery in &got {
+        verify(&late, delivery);
+    }
+
+    // Cleared: a new event is kept again.
+    let (ok, _, err) = w
+        .server
+        .operator(&["shop", "set-webhook", "--shop", &late.shop_id, "--clear"])
+        .await;
+    assert!(ok, "{err}");
+    let body_of_new = late.checkout("LATE-3", 1_000).await;
+    assert_eq!(
+        w.shopper.pay(&new_key(), &body_of_new).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        events(&late, "?limit=1").await["events"][0]["status"],
+        "no_endpoint"
+    );
+
+    // Only https, or http to loopback; an unknown shop is named.
+    for bad in [
+        "http://shop.example/hooks",
+        "ftp://127.0.0.1/x",
+        "not a url",
+    ] {
+        let (ok, _, err) = w
+            .server
+            .operator(&["shop", "set-webhook", "--shop", &late.shop_id, "--url", bad])
+            .await;
+        assert!(!ok, "{bad} was accepted");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    let (ok, _, err) = w
+        .server
+        .operator(&[
+            "shop",
+            "set-webhook",
+            "--shop",
+            "shop_nope",
+            "--url",
+            &receiver.url,
+        ])
+        .await;
+    assert!(!ok && err.contains("shop_nope"), "{err}");
+
+    // An endpoint that redirects elsewhere: the redirect is not followed (the event is not
+    // delivered there, and the attempt failed).
+    let elsewhere = Receiver::start().await;
+    receiver.answer(vec![], Answer::Redirect(elsewhere.url.clone()));
+    let (ok, _, err) = w
+        .server
+        .operator(&[
+            "shop",
+            "set-webhook",
+            "--shop",
+            &late.shop_id,
+            "--url",
+            &receiver.url,
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let event_id = events(&late, "?limit=1").await["events"][0]["event_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    support::wait_until(
+        "the redirected attempt was never recorded",
+        WITHIN,
+        || async {
+            late.api
+                .get(&format!("/api/events/{event_id}"))
+                .await
+                .json()["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("307"))
+        },
+    )
+    .await;
+    assert!(
+        elsewhere.deliveries().is_empty(),
+        "a redirect is never followed"
+    );
+    w.db.assert_invariants().await;
 }

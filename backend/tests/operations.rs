@@ -7,7 +7,7 @@ const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
 use futures::future::join_all;
 use reqwest::StatusCode;
-use support::{Backend, OPENING_BALANCE, Server, TestDb, new_key};
+use support::{Api, Backend, OPENING_BALANCE, Server, TestDb, new_key, pay_session};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_sharing_postgres_execute_each_key_once() {
@@ -351,4 +351,80 @@ async fn a_v1_database_keeps_its_money_through_the_migration_to_shops() {
         assert_eq!(details["refunded_total"], 10_000);
         assert_eq!(details["refunds"].as_array().unwrap().len(), 1);
     }
+}
+
+/// SQLite rolls a whole transaction back by itself when the file cannot grow (a full disk; here
+/// the file's size cap): a batch of concurrent payments sharing one commit is lost with it. Each
+/// of them is told so truly: every `201` is in the database, every `503` left nothing (no
+/// payment, no key), and the books balance. Seen before the fix: the units after the failing one
+/// ran outside any transaction and committed on their own, while all were answered `503`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_sqlite_file_loses_whole_batches_and_says_so_truly() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let mut server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка").await;
+    let api = server.api();
+    let shoppers = join_all((0..8).map(|_| api.shopper())).await;
+    let mut sessions = Vec::new();
+    for n in 0..240 {
+        sessions.push(shop.session(&format!("ORD-FULL-{n}"), 100).await);
+    }
+    assert!(server.terminate().success());
+    // The file may grow by a little: a few dozen payments' worth.
+    let (pages, page_size) = (
+        db.scalar("SELECT page_count FROM pragma_page_count()")
+            .await,
+        db.scalar("SELECT page_size FROM pragma_page_size()").await,
+    );
+    let cap_kib = (pages * page_size / 1024 + 64).to_string();
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[("CHECKOUT_SQLITE_MAX_SIZE_KIB", cap_kib.as_str())],
+    )
+    .await;
+    let shoppers: Vec<Api> = shoppers.iter().map(|s| s.on(&server)).collect();
+    let answers = join_all(sessions.iter().enumerate().map(|(n, session)| {
+        let (shopper, key) = (shoppers[n % shoppers.len()].clone(), new_key());
+        async move {
+            let answer = shopper.pay(&key, &pay_session(session)).await;
+            (key, answer)
+        }
+    }))
+    .await;
+    let (mut paid, mut refused) = (0, 0);
+    for (key, answer) in &answers {
+        let payments = db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM payments WHERE idempotency_key = '{key}'"
+            ))
+            .await;
+        let keys = db
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key = '{key}'"
+            ))
+            .await;
+        match answer.status {
+            StatusCode::CREATED => {
+                paid += 1;
+                assert_eq!((payments, keys), (1, 1), "a 201 is in the database");
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                refused += 1;
+                answer.assert_problem(503, "service_unavailable");
+                assert_eq!(
+                    (payments, keys),
+                    (0, 0),
+                    "a 503 left nothing: {}",
+                    answer.body
+                );
+            }
+            other => panic!("unexpected {other}: {}", answer.body),
+        }
+    }
+    assert!(
+        paid > 0 && refused > 0,
+        "the file filled up: {paid} paid, {refused} refused"
+    );
+    db.assert_invariants().await;
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use checkout_backend::error::ApiError;
 use checkout_backend::store::{
-    AccountKind, EntryKind, LedgerEntry, Store, StoreError, StoreSettings, Tx,
+    AccountKind, EntryKind, LedgerEntry, NewSession, ShopRow, Store, StoreError, StoreSettings, Tx,
+    sql,
 };
 use checkout_idempotency::{
     Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
@@ -29,6 +30,7 @@ checkout_testkit::on_both_databases!(
     a_completion_without_its_claim_is_refused,
     expired_keys_are_swept_in_bounded_batches,
     a_failure_inside_a_batch_rolls_back_only_itself,
+    copies_of_an_in_flight_request_wait_one_lock_timeout_in_all,
 );
 
 const TTL: Duration = Duration::from_secs(3600);
@@ -37,13 +39,7 @@ const LOCK_TIMEOUT: Duration = Duration::from_millis(150);
 /// A store over a fresh database, with two accounts to scope keys to.
 async fn setup(backend: Backend) -> (TestDb, Store) {
     let db = TestDb::new(backend).await;
-    let settings = StoreSettings {
-        pool_size: 8,
-        lock_timeout: LOCK_TIMEOUT,
-        sqlite_batch: 64,
-        exclusive: true,
-    };
-    let store = Store::connect(&db.url, settings).await.unwrap();
+    let store = open_store(&db, LOCK_TIMEOUT).await;
     store
         .write(|tx| {
             Box::pin(async move {
@@ -58,6 +54,19 @@ async fn setup(backend: Backend) -> (TestDb, Store) {
         .await
         .unwrap();
     (db, store)
+}
+
+/// A store (one server instance's) over `db`; the claim waits for a lock at most `lock_timeout`.
+async fn open_store(db: &TestDb, lock_timeout: Duration) -> Store {
+    let settings = StoreSettings {
+        pool_size: 8,
+        lock_timeout,
+        sqlite_batch: 64,
+        // A second instance over one PostgreSQL database; a SQLite file is one process's.
+        exclusive: false,
+        sqlite_max_size_kib: None,
+    };
+    Store::connect(&db.url, settings).await.unwrap()
 }
 
 fn protocol() -> Protocol {
@@ -533,4 +542,286 @@ async fn expired_keys_are_swept_in_bounded_batches(backend: Backend) {
         "only the live key is left"
     );
     assert!(store.stored_key("acc_a", "fresh").await.unwrap().is_some());
+}
+
+/// The in-memory wait of a copy for its in-flight original is one bound, however the copies
+/// take turns: here the original fails after a while, a third copy takes its place, and the
+/// copy still waiting gives up when the lock timeout since its arrival has passed (not a whole
+/// lock timeout again).
+async fn copies_of_an_in_flight_request_wait_one_lock_timeout_in_all(backend: Backend) {
+    let (_db, store) = setup(backend).await;
+    let bound = Duration::from_millis(1_000);
+    let protocol = Protocol::new(TTL).with_lock_timeout(bound);
+    let held = || (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (first_inside, first_release) = held();
+    let failing = Tally {
+        hold: Some((first_inside.clone(), first_release.clone())),
+        fail: true,
+        ..Tally::default()
+    };
+    let original = tokio::spawn({
+        let (protocol, store) = (protocol.clone(), store.clone());
+        async move { run(&protocol, &store, "acc_a", "k-turns", failing).await }
+    });
+    first_inside.notified().await;
+    // Two copies arrive; each, should it become the one that executes, holds its transaction.
+    let (inside, release) = held();
+    let copies: Vec<_> = (0..2)
+        .map(|_| {
+            let (protocol, store) = (protocol.clone(), store.clone());
+            let copy = Tally {
+                hold: Some((inside.clone(), release.clone())),
+                ..Tally::default()
+            };
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let outcome = run(&protocol, &store, "acc_a", "k-turns", copy).await;
+                (outcome, started.elapsed())
+            })
+        })
+        .collect();
+    // Most of the bound passes; then the original fails and one copy takes over.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    first_release.notify_one();
+    assert!(original.await.unwrap().is_err(), "the original failed");
+    inside.notified().await;
+    // The other copy gives up within its bound (measured from its own arrival).
+    checkout_testkit::wait_until("no copy gave up", Duration::from_secs(10), || async {
+        copies.iter().any(|copy| copy.is_finished())
+    })
+    .await;
+    release.notify_one();
+    let mut in_use = 0;
+    for copy in copies {
+        let (outcome, elapsed) = copy.await.unwrap();
+        match outcome.unwrap() {
+            Outcome::InUse => {
+                in_use += 1;
+                assert!(
+                    elapsed < bound + Duration::from_millis(350),
+                    "a copy waited {elapsed:?}, more than its bound {bound:?}"
+                );
+            }
+            Outcome::Executed { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(in_use, 1, "one copy executed, the other gave up");
+}
+
+/// A store and a shop account with `count` checkout sessions that lapse at `expires_at`.
+async fn lapsing_sessions(store: &Store, count: usize, expires_at: i64) -> Vec<String> {
+    let ids: Vec<String> = (0..count).map(|n| format!("cs_{n:032x}")).collect();
+    let sessions = ids.clone();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                if tx.shop("shop_lapsing").await?.is_none() {
+                    tx.insert_account(
+                        "acc_shop",
+                        "hash-shop",
+                        AccountKind::Shop,
+                        "RUB",
+                        0,
+                        now_ms(),
+                    )
+                    .await?;
+                    let shop = ShopRow {
+                        shop_id: "shop_lapsing".into(),
+                        account_id: "acc_shop".into(),
+                        name: "Лавка".into(),
+                        webhook_url: None,
+                        signing_secret: "whsec_x".into(),
+                    };
+                    tx.insert_shop(&shop, now_ms()).await?;
+                }
+                for (n, session_id) in sessions.iter().enumerate() {
+                    tx.insert_session(&NewSession {
+                        session_id,
+                        shop_account_id: "acc_shop",
+                        order_id: &format!("ORD-{n}"),
+                        amount: 1_000,
+                        currency: "RUB",
+                        description: None,
+                        items: "[]",
+                        expires_at,
+                        created_at: expires_at - 60_000,
+                    })
+                    .await?;
+                }
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    ids
+}
+
+/// Waits until `task` has finished or some statement of this database waits for a row lock.
+async fn finished_or_waiting_for_a_lock<T>(db: &TestDb, task: &tokio::task::JoinHandle<T>) {
+    checkout_testkit::wait_until(
+        "the sweep neither finished nor waited for the held row",
+        Duration::from_secs(20),
+        || async {
+            task.is_finished()
+                || db
+                    .scalar(
+                        "SELECT COUNT(*) FROM pg_stat_activity \
+                          WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    )
+                    .await
+                    > 0
+        },
+    )
+    .await;
+}
+
+/// A payment takes a session a moment before it lapses and holds its transaction (as a slow
+/// commit does) while the sweeper closes lapsed sessions: the session stays paid, and its shop
+/// hears nothing of an expiry. Seen before the fix on PostgreSQL: the sweep waited for the
+/// payment's row lock, re-read only `session_id IN (…)`, and marked the paid session expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sweep_never_expires_a_session_a_payment_is_taking() {
+    let db = TestDb::new(Backend::Postgres).await;
+    // Long enough a lock wait that the sweep would rather wait than give up.
+    let store = open_store(&db, Duration::from_secs(10)).await;
+    let now = now_ms();
+    let sessions = lapsing_sessions(&store, 2, now).await;
+    let (held, witness) = (&sessions[0], &sessions[1]);
+
+    let mut payment = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut payment).await.unwrap();
+    let taken = sqlx::query(sql::TAKE_SESSION)
+        .bind(held.as_str())
+        .bind("pay_held")
+        .bind(now - 1_000)
+        .execute(&mut payment)
+        .await
+        .unwrap();
+    assert_eq!(
+        taken.rows_affected(),
+        1,
+        "the payment took the open session"
+    );
+
+    let sweep = tokio::spawn({
+        let store = store.clone();
+        async move { checkout_backend::events::expire_sessions(&store, now + 10_000, 500).await }
+    });
+    finished_or_waiting_for_a_lock(&db, &sweep).await;
+    sqlx::query("COMMIT").execute(&mut payment).await.unwrap();
+    sweep.await.unwrap().unwrap();
+
+    let status =
+        |id: &str| format!("SELECT status FROM checkout_sessions WHERE session_id = '{id}'");
+    assert_eq!(db.scalar_text(&status(held)).await, "paid");
+    assert_eq!(db.scalar_text(&status(witness)).await, "expired");
+    let expired_events = |id: &str| {
+        format!(
+            "SELECT COUNT(*) FROM webhook_events \
+              WHERE type = 'checkout_session.expired' AND subject_id = '{id}'"
+        )
+    };
+    assert_eq!(
+        db.scalar(&expired_events(held)).await,
+        0,
+        "no expiry told of a paid session"
+    );
+    assert_eq!(db.scalar(&expired_events(witness)).await, 1);
+}
+
+/// Two instances sweep one backlog of lapsed sessions at once: each session is closed once,
+/// with one `checkout_session.expired` event (before the fix the slower sweep, having waited
+/// for the faster one's rows, closed them again and wrote a second event with another id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_sweeping_one_backlog_expire_each_session_once() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let (one, two) = (
+        open_store(&db, Duration::from_secs(10)).await,
+        open_store(&db, Duration::from_secs(10)).await,
+    );
+    let now = now_ms();
+    let count = 3 * checkout_backend::sweeper::BATCH as usize + 100;
+    lapsing_sessions(&one, count, now).await;
+    let (a, b) = tokio::join!(
+        checkout_backend::sweeper::expire_sessions(&one),
+        checkout_backend::sweeper::expire_sessions(&two),
+    );
+    assert_eq!(
+        a.unwrap() + b.unwrap(),
+        count,
+        "each session closed once in all"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM webhook_events WHERE type = 'checkout_session.expired'")
+            .await,
+        count as i64
+    );
+    db.assert_invariants().await;
+}
+
+/// A key string used again after its TTL is a new key: its new claim, held while the sweeper
+/// deletes expired keys, survives the sweep, and a resend replays it instead of running it a
+/// second time. Before the fix the sweep, blocked on the re-claimed row, deleted it anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_key_sweeper_spares_a_key_claimed_again_meanwhile() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = open_store(&db, Duration::from_secs(10)).await;
+    for account in ["acc_a"] {
+        let hash = format!("hash-{account}");
+        store
+            .write(move |tx| {
+                Box::pin(async move {
+                    tx.insert_account(account, &hash, AccountKind::Shopper, "RUB", 0, now_ms())
+                        .await
+                })
+            })
+            .await
+            .unwrap();
+    }
+    let protocol = protocol();
+    run(&protocol, &store, "acc_a", "k-again", Tally::default())
+        .await
+        .unwrap();
+    // Its TTL passes.
+    db.execute("UPDATE idempotency_keys SET created_at = created_at - 7200000")
+        .await;
+
+    // The same key string again: a new request, holding its new claim.
+    let (inside, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let again = tokio::spawn({
+        let (protocol, store) = (protocol.clone(), store.clone());
+        let slow = Tally {
+            hold: Some((inside.clone(), release.clone())),
+            ..Tally::default()
+        };
+        async move { run(&protocol, &store, "acc_a", "k-again", slow).await }
+    });
+    inside.notified().await;
+    let sweep = tokio::spawn({
+        let store = store.clone();
+        let cutoff = now_ms() - TTL.as_millis() as i64;
+        async move { store.sweep_expired_keys(cutoff, 500).await }
+    });
+    finished_or_waiting_for_a_lock(&db, &sweep).await;
+    release.notify_one();
+    assert!(matches!(
+        again.await.unwrap().unwrap(),
+        Outcome::Executed { .. }
+    ));
+    assert_eq!(
+        sweep.await.unwrap().unwrap(),
+        0,
+        "nothing expired was left to sweep"
+    );
+
+    let resend = run(&protocol, &store, "acc_a", "k-again", Tally::default())
+        .await
+        .unwrap();
+    assert!(matches!(resend, Outcome::Replayed { .. }), "{resend:?}");
+    assert_eq!(
+        balance(&db, "acc_a").await,
+        2,
+        "once before the TTL, once after: never a third"
+    );
 }

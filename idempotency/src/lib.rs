@@ -310,6 +310,8 @@ impl Protocol {
         let fingerprint = Fingerprint::of_canonical(request.method, request.route, &canonical_body);
         let asked = Asked {
             fingerprint: &fingerprint,
+            method: request.method,
+            route: request.route,
             body: request.body,
         };
         // A completed key is answered from a plain read where that is cheap: such replays take
@@ -323,7 +325,9 @@ impl Protocol {
         }
 
         // A copy of a request this process is executing waits for it, bounded, in memory; then
-        // the first copy's answer is in storage.
+        // the first copy's answer is in storage. The bound is one deadline for all of it: a
+        // first copy that failed, and a third that took its place, do not start it again.
+        let deadline = tokio::time::Instant::now() + self.lock_timeout;
         let mut in_flight = None;
         for _attempt in 0..MAX_ATTEMPTS {
             match self.in_flight.enter(request.scope, request.key) {
@@ -332,7 +336,7 @@ impl Protocol {
                     break;
                 }
                 Entry::Behind(mut done) => {
-                    let waited = tokio::time::timeout(self.lock_timeout, done.changed()).await;
+                    let waited = tokio::time::timeout_at(deadline, done.changed()).await;
                     if waited.is_err() {
                         return Ok(Outcome::InUse);
                     }
@@ -393,9 +397,15 @@ impl Protocol {
     fn answer_from_storage(&self, record: KeyRecord, asked: &Asked<'_>) -> Outcome {
         let expires_at_ms = record.created_at_ms.saturating_add(self.ttl_ms());
         if record.request_hash != asked.fingerprint.as_str() {
+            // Fields are named only between requests of one route: the first body, taken as
+            // this route's, gives the key's fingerprint exactly when the route is the same.
             let fields = record
                 .request_body
                 .as_deref()
+                .filter(|first| {
+                    Fingerprint::of_canonical(asked.method, asked.route, first).as_str()
+                        == record.request_hash
+                })
                 .map(|first| differing_fields(first, asked.body))
                 .unwrap_or_default();
             return Outcome::KeyReused {
@@ -495,6 +505,8 @@ impl Drop for InFlightGuard {
 /// What a request asked, for answering from storage.
 struct Asked<'a> {
     fingerprint: &'a Fingerprint,
+    method: &'a str,
+    route: &'a str,
     body: &'a Value,
 }
 

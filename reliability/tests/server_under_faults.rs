@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use checkout_testkit::{Backend, OPENING_BALANCE, Server, TestDb, new_key, wait_until};
+use checkout_testkit::{
+    Backend, OPENING_BALANCE, Server, TestDb, new_key, pay_session, wait_until,
+};
 use reqwest::StatusCode;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
@@ -134,4 +136,109 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
 /// Transactions the fault has held open before their COMMIT so far (the shop's session is one).
 fn held(server: &Server) -> usize {
     server.log().matches("holding the transaction open").count()
+}
+
+/// A payment takes a session a moment before it lapses and holds its transaction open (a slow
+/// commit) while the sweeper closes lapsed sessions: the payment commits, the session stays
+/// paid, its shop is never told it expired, and the next shopper hears it was paid (`409`), not
+/// expired. Seen before the fix: the sweep waited for the payment's row, then marked the paid
+/// session expired and wrote `checkout_session.expired`, and the next attempt got `410`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_paid_while_it_lapses_stays_paid() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_FAULTS", "delay_before_commit_ms=2500"),
+            ("CHECKOUT_SESSION_TTL_SECS", "4"),
+            ("CHECKOUT_SWEEP_SECS", "1"),
+            // A sweep that meets the payment's row lock waits for it rather than give up.
+            ("CHECKOUT_LOCK_TIMEOUT_MS", "10000"),
+        ],
+    )
+    .await;
+    let shop = server.add_shop("Лавка").await;
+    let (shopper, latecomer) = (server.api().shopper().await, server.api().shopper().await);
+    // Two sessions made together (each creation is held 2.5 s too): one is paid just before
+    // it lapses, the other lapses unpaid.
+    let (held, witness) = tokio::join!(
+        shop.session("ORD-HELD", 3_000),
+        shop.session("ORD-WITNESS", 3_000)
+    );
+    let paid = shopper.pay(&new_key(), &pay_session(&held)).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
+    let status =
+        |id: &str| format!("SELECT status FROM checkout_sessions WHERE session_id = '{id}'");
+    wait_until(
+        "the unpaid session never lapsed",
+        Duration::from_secs(20),
+        || async { db.scalar_text(&status(&witness)).await == "expired" },
+    )
+    .await;
+    assert_eq!(db.scalar_text(&status(&held)).await, "paid");
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM webhook_events \
+              WHERE type = 'checkout_session.expired' AND subject_id = '{held}'"
+        ))
+        .await,
+        0,
+        "the shop is not told a paid session expired"
+    );
+    let late = latecomer.pay(&new_key(), &pay_session(&held)).await;
+    late.assert_problem(409, "session_already_paid");
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 3_000);
+    db.assert_invariants().await;
+}
+
+/// The database connection breaks while a payment's transaction waits for its `COMMIT`: the
+/// server cannot know whether it committed, so its `503` says to retry with the same key, not
+/// that nothing was charged; the retry answers what happened, charging once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_without_an_answer_is_not_called_nothing_charged() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[("CHECKOUT_FAULTS", "delay_before_commit_ms=2000")],
+    )
+    .await;
+    let shopper = server.api().shopper().await;
+    let body = server
+        .add_shop("Лавка")
+        .await
+        .checkout("ord-doubt", 1_200)
+        .await;
+    let held_before = held(&server);
+    let key = new_key();
+    let payment = tokio::spawn({
+        let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
+        async move { shopper.pay(&key, &body).await }
+    });
+    wait_until(
+        "the payment never reached its commit",
+        Duration::from_secs(20),
+        || async { held(&server) > held_before },
+    )
+    .await;
+    let cut = db
+        .scalar(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+              WHERE datname = current_database() AND state = 'idle in transaction') t",
+        )
+        .await;
+    assert_eq!(cut, 1, "the payment's connection was cut");
+    let answer = payment.await.unwrap();
+    answer.assert_problem(503, "service_unavailable");
+    let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        !detail.contains("nothing was charged") && detail.contains("same key"),
+        "{detail}"
+    );
+    assert!(answer.headers.contains_key("retry-after"));
+    let again = shopper.pay_until_definite(&key, &body).await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 1_200);
+    db.assert_invariants().await;
 }

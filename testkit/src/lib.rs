@@ -324,6 +324,23 @@ impl Server {
         add_shop(&self.binary, &self.database_url, &self.base, name).await
     }
 
+    /// Runs `checkout-server ARGS…` over the same database, beside the running server, as an
+    /// operator does: its exit status, stdout and stderr.
+    pub async fn operator(&self, args: &[&str]) -> (bool, String, String) {
+        let output = tokio::process::Command::new(&self.binary)
+            .args(args)
+            .env("DATABASE_URL", &self.database_url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .expect("checkout-server runs");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
     /// A new shop whose events go to `webhook_url`.
     pub async fn add_shop_with_webhook(&self, name: &str, webhook_url: &str) -> Shop {
         add_shop_with(

@@ -9,6 +9,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::post;
 
 /// One attempt as the receiver saw it.
@@ -28,6 +29,8 @@ pub enum Answer {
     Status(u16),
     /// Holds the request until the sender gives up.
     Never,
+    /// `307 Temporary Redirect` to this URL.
+    Redirect(String),
 }
 
 #[derive(Default)]
@@ -86,7 +89,7 @@ async fn receive(
     State(inner): State<Arc<Mutex<Inner>>>,
     headers: HeaderMap,
     body: Bytes,
-) -> StatusCode {
+) -> axum::response::Response {
     let text = |name: &str| {
         headers
             .get(name)
@@ -108,7 +111,12 @@ async fn receive(
         inner.script.pop_front().unwrap_or(then)
     };
     match answer {
-        Answer::Status(status) => StatusCode::from_u16(status).unwrap(),
+        Answer::Status(status) => StatusCode::from_u16(status).unwrap().into_response(),
         Answer::Never => std::future::pending().await,
+        Answer::Redirect(to) => (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(axum::http::header::LOCATION, to)],
+        )
+            .into_response(),
     }
 }

@@ -19,6 +19,7 @@ use checkout_idempotency::{
 use sqlx::{Postgres, Transaction};
 
 pub use postgres::PgStore;
+pub use row::Template;
 use row::{Arg, ReadRow, Row, RowError};
 pub use sqlite::{SqliteStore, SqliteTx, WriterStats};
 
@@ -61,6 +62,10 @@ pub enum StoreError {
     Retry(BoxError),
     #[error("the database is unavailable: {0}")]
     Unavailable(BoxError),
+    /// `COMMIT` was sent and no answer came back (the connection broke): the transaction may
+    /// or may not have committed. Only the key can tell, so a retry must reuse it.
+    #[error("the outcome of COMMIT is unknown: {0}")]
+    InDoubt(BoxError),
     #[error("database error: {0}")]
     Other(BoxError),
     /// Completing a key updated no row: the claim was taken over (it expired mid-transaction)
@@ -74,9 +79,10 @@ impl Classify for StoreError {
         match self {
             StoreError::Busy(_) => Failure::Busy,
             StoreError::Retry(_) => Failure::Retry,
-            StoreError::Unavailable(_) | StoreError::Other(_) | StoreError::LostClaim => {
-                Failure::Fatal
-            }
+            StoreError::Unavailable(_)
+            | StoreError::InDoubt(_)
+            | StoreError::Other(_)
+            | StoreError::LostClaim => Failure::Fatal,
         }
     }
 }
@@ -111,6 +117,9 @@ pub struct StoreSettings {
     /// Hold a SQLite file for this process alone (a server); an operator's command that only
     /// adds a row beside a running server does not.
     pub exclusive: bool,
+    /// SQLite: the most the file may grow to, in KiB; past it writes are refused (`503`), and
+    /// nothing of a refused request is kept. `None`: as large as the disk allows.
+    pub sqlite_max_size_kib: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -251,6 +260,8 @@ pub struct EventRow {
     pub next_attempt_at: i64,
     pub last_error: Option<String>,
     pub delivered_at: Option<i64>,
+    /// The lease of the attempt in flight, if any.
+    pub lease_id: Option<String>,
 }
 
 impl EventRow {
@@ -268,6 +279,7 @@ impl EventRow {
             next_attempt_at: row.int("next_attempt_at")?,
             last_error: row.opt_text("last_error")?,
             delivered_at: row.opt_int("delivered_at")?,
+            lease_id: row.opt_text("lease_id")?,
         })
     }
 }
@@ -295,9 +307,15 @@ pub struct Refunded {
 /// How one delivery attempt of an event ended.
 #[derive(Clone, Debug)]
 pub enum EventSettled {
-    Delivered { at_ms: i64 },
-    RetryAt { at_ms: i64, error: String },
-    Dead { error: String },
+    Delivered,
+    /// To be tried again this long from now (by the database's clock).
+    RetryAfter {
+        pause_ms: i64,
+        error: String,
+    },
+    Dead {
+        error: String,
+    },
 }
 
 /// An event to write in the transaction of the change it tells of.
@@ -477,7 +495,7 @@ impl Store {
     ) -> Result<Store, ConnectError> {
         if database_url.starts_with("sqlite:") {
             Ok(Store::Sqlite(
-                sqlite::connect(database_url, settings.sqlite_batch, settings.exclusive).await?,
+                sqlite::connect(database_url, &settings).await?,
             ))
         } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
             Ok(Store::Postgres(
@@ -619,21 +637,29 @@ impl Store {
         Ok(rows.into_iter().next())
     }
 
-    /// Leases up to `limit` due events to this worker until `lease_until_ms`, in a short
-    /// transaction of its own.
+    /// Leases up to `limit` due events to this worker for `lease_ms` under `lease_id`, at most
+    /// `per_shop` of any one shop in flight, in a short transaction of its own. Time is the
+    /// database's (see [`Template`]).
     pub async fn claim_due_events(
         &self,
-        now_ms: i64,
-        lease_until_ms: i64,
+        lease_ms: i64,
+        lease_id: &str,
+        per_shop: i64,
         limit: i64,
     ) -> Result<Vec<EventRow>, StoreError> {
+        let lease_id = lease_id.to_owned();
         self.write(move |tx| {
             Box::pin(async move {
-                let statement = tx.spelled(&sqlite::CLAIM_DUE_EVENTS, &postgres::CLAIM_DUE_EVENTS);
+                let statement = tx.template(&sql::CLAIM_DUE_EVENTS);
                 let mut events = tx
                     .fetch_all(
                         statement,
-                        &[Arg::Int(now_ms), Arg::Int(lease_until_ms), Arg::Int(limit)],
+                        &[
+                            Arg::Int(lease_ms),
+                            Arg::Text(&lease_id),
+                            Arg::Int(per_shop),
+                            Arg::Int(limit),
+                        ],
                         EventRow::read,
                     )
                     .await?;
@@ -644,32 +670,33 @@ impl Store {
         .await
     }
 
-    /// Records how a delivery attempt ended: delivered, to be retried at `retry_at`, or dead.
+    /// Records how the attempt under `lease_id` ended: delivered, to be retried, or dead. An
+    /// attempt whose lease was taken away (a redelivery request) records nothing.
     pub async fn settle_event(
         &self,
         event_id: &str,
+        lease_id: &str,
         settled: EventSettled,
     ) -> Result<(), StoreError> {
-        let event_id = event_id.to_owned();
+        let (event_id, lease_id) = (event_id.to_owned(), lease_id.to_owned());
         self.write(move |tx| {
             Box::pin(async move {
+                let (event, lease) = (Arg::Text(&event_id), Arg::Text(&lease_id));
                 match settled {
-                    EventSettled::Delivered { at_ms } => {
-                        tx.execute(
-                            sql::EVENT_DELIVERED,
-                            &[Arg::Text(&event_id), Arg::Int(at_ms)],
-                        )
-                        .await?
+                    EventSettled::Delivered => {
+                        let statement = tx.template(&sql::EVENT_DELIVERED);
+                        tx.execute(statement, &[event, lease]).await?
                     }
-                    EventSettled::RetryAt { at_ms, error } => {
+                    EventSettled::RetryAfter { pause_ms, error } => {
+                        let statement = tx.template(&sql::EVENT_RETRY_AT);
                         tx.execute(
-                            sql::EVENT_RETRY_AT,
-                            &[Arg::Text(&event_id), Arg::Int(at_ms), Arg::Text(&error)],
+                            statement,
+                            &[event, lease, Arg::Int(pause_ms), Arg::Text(&error)],
                         )
                         .await?
                     }
                     EventSettled::Dead { error } => {
-                        tx.execute(sql::EVENT_DEAD, &[Arg::Text(&event_id), Arg::Text(&error)])
+                        tx.execute(sql::EVENT_DEAD, &[event, lease, Arg::Text(&error)])
                             .await?
                     }
                 };
@@ -713,23 +740,38 @@ impl Store {
         Ok(rows.into_iter().next())
     }
 
-    /// Puts one of the shop's events back in the queue, due now, with a fresh schedule.
+    /// Puts one of the shop's events back in the queue with a fresh schedule: due now, or as
+    /// soon as an attempt in flight has ended.
     pub async fn redeliver_event(
         &self,
         shop_account_id: &str,
         event_id: &str,
-        now_ms: i64,
     ) -> Result<Option<EventRow>, StoreError> {
         let (shop, event) = (shop_account_id.to_owned(), event_id.to_owned());
         self.write(move |tx| {
             Box::pin(async move {
+                let statement = tx.template(&sql::REDELIVER_EVENT);
                 tx.fetch_optional(
-                    sql::REDELIVER_EVENT,
-                    &[Arg::Text(&event), Arg::Text(&shop), Arg::Int(now_ms)],
+                    statement,
+                    &[Arg::Text(&event), Arg::Text(&shop)],
                     EventRow::read,
                 )
                 .await
             })
+        })
+        .await
+    }
+
+    /// Sets (or clears) a shop's webhook URL, in a transaction of its own (see
+    /// [`Tx::set_webhook_url`]).
+    pub async fn set_shop_webhook_url(
+        &self,
+        shop_id: &str,
+        webhook_url: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (shop_id, webhook_url) = (shop_id.to_owned(), webhook_url.map(str::to_owned));
+        self.write(move |tx| {
+            Box::pin(async move { tx.set_webhook_url(&shop_id, webhook_url.as_deref()).await })
         })
         .await
     }
@@ -743,11 +785,9 @@ impl Store {
     ) -> Result<u64, StoreError> {
         self.write(move |tx| {
             Box::pin(async move {
-                tx.execute(
-                    sql::SWEEP_EXPIRED_KEYS,
-                    &[Arg::Int(created_before_ms), Arg::Int(batch)],
-                )
-                .await
+                let statement = tx.template(&sql::SWEEP_EXPIRED_KEYS);
+                tx.execute(statement, &[Arg::Int(created_before_ms), Arg::Int(batch)])
+                    .await
             })
         })
         .await
@@ -790,7 +830,7 @@ impl KeyStore for Store {
                 };
                 match finish {
                     Ok(Finish::Commit(output)) => {
-                        tx.commit().await.map_err(postgres::classify)?;
+                        tx.commit().await.map_err(postgres::classify_commit)?;
                         Ok(output)
                     }
                     Ok(Finish::Rollback(output)) => {
@@ -885,6 +925,14 @@ impl KeyTx for Tx {
 }
 
 impl Tx {
+    /// A [`Template`] as this transaction's database spells it.
+    fn template<'s>(&self, template: &'s Template) -> &'s str {
+        match self {
+            Tx::Sqlite(_) => template.sqlite(),
+            Tx::Postgres(_) => template.postgres(),
+        }
+    }
+
     /// The statement as this transaction's database spells it.
     fn spelled<'s>(&self, sqlite: &'s str, postgres: &'s str) -> &'s str {
         match self {
@@ -969,17 +1017,31 @@ impl Tx {
         .map(|_| ())
     }
 
+    /// Sets (or clears) a shop's webhook URL; its undelivered events follow: to the new
+    /// endpoint at once, on a fresh schedule, or kept as `no_endpoint`. `false` if there is no
+    /// such shop.
     pub async fn set_webhook_url(
         &mut self,
         shop_id: &str,
         webhook_url: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.execute(
-            sql::SET_WEBHOOK_URL,
-            &[Arg::Text(shop_id), Arg::OptText(webhook_url)],
-        )
-        .await
-        .map(|_| ())
+    ) -> Result<bool, StoreError> {
+        let Some(account_id) = self
+            .fetch_optional(
+                sql::SET_SHOP_WEBHOOK_URL,
+                &[Arg::Text(shop_id), Arg::OptText(webhook_url)],
+                |row| row.text("account_id"),
+            )
+            .await?
+        else {
+            return Ok(false);
+        };
+        let statement = if webhook_url.is_some() {
+            self.template(&sql::EVENTS_TO_NEW_ENDPOINT)
+        } else {
+            self.template(&sql::EVENTS_WITHOUT_ENDPOINT)
+        };
+        self.execute(statement, &[Arg::Text(&account_id)]).await?;
+        Ok(true)
     }
 
     pub async fn insert_shop(&mut self, shop: &ShopRow, now_ms: i64) -> Result<(), StoreError> {
@@ -1261,20 +1323,17 @@ impl Tx {
         now_ms: i64,
         batch: i64,
     ) -> Result<Vec<ExpiredSession>, StoreError> {
-        self.fetch_all(
-            sql::EXPIRE_SESSIONS,
-            &[Arg::Int(now_ms), Arg::Int(batch)],
-            |row| {
-                Ok(ExpiredSession {
-                    session_id: row.text("session_id")?,
-                    shop_account_id: row.text("shop_account_id")?,
-                    order_id: row.text("order_id")?,
-                    amount: row.int("amount")?,
-                    currency: row.text("currency")?,
-                    expires_at: row.int("expires_at")?,
-                })
-            },
-        )
+        let statement = self.template(&sql::EXPIRE_SESSIONS);
+        self.fetch_all(statement, &[Arg::Int(now_ms), Arg::Int(batch)], |row| {
+            Ok(ExpiredSession {
+                session_id: row.text("session_id")?,
+                shop_account_id: row.text("shop_account_id")?,
+                order_id: row.text("order_id")?,
+                amount: row.int("amount")?,
+                currency: row.text("currency")?,
+                expires_at: row.int("expires_at")?,
+            })
+        })
         .await
     }
 

@@ -49,16 +49,6 @@ pub const INSERT_EVENT: &str = "\
             CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
                  THEN 'no_endpoint' ELSE 'pending' END)";
 
-/// Instances share the outbox: each claims only rows no other holds (`SKIP LOCKED`), so no
-/// event is sent by two at once; the lease then keeps it theirs until it is settled.
-pub static CLAIM_DUE_EVENTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "{} FOR UPDATE SKIP LOCKED{}",
-        sql::CLAIM_DUE_EVENTS_HEAD,
-        sql::CLAIM_DUE_EVENTS_TAIL
-    )
-});
-
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pub pool: PgPool,
@@ -173,4 +163,21 @@ pub fn classify(error: sqlx::Error) -> StoreError {
         _ => StoreError::Other,
     };
     kind(error.into())
+}
+
+/// A failed `COMMIT`. Only a few answers say the transaction surely rolled back: a lost
+/// serialization race or deadlock (class 40) and a constraint checked at commit (class 23).
+/// Anything else (the connection broke, the server is shutting down or crashed, a synchronous
+/// standby's wait was cancelled) leaves the outcome unknown: it may have committed.
+pub fn classify_commit(error: sqlx::Error) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db)
+            if db
+                .code()
+                .is_some_and(|code| code.starts_with("40") || code.starts_with("23")) =>
+        {
+            classify(error)
+        }
+        _ => StoreError::InDoubt(error.into()),
+    }
 }

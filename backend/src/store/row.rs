@@ -59,3 +59,46 @@ pub trait Row {
 
 /// How a row becomes a value: a plain function, so that it can travel to a reader thread.
 pub type ReadRow<T> = fn(&dyn Row) -> Result<T, RowError>;
+
+/// A statement shared by both databases but for a few words, written once as a template:
+///
+/// - `{now}`: the time, in Unix ms. PostgreSQL reads its own clock (instances sharing the
+///   database may disagree about theirs, and a lease or a due time must mean the same to all);
+///   SQLite, held by one process, binds that process's clock as `$now`.
+/// - `{skip_locked}`: PostgreSQL locks the rows a subquery picks and skips rows another
+///   transaction holds (so that two instances never pick the same rows, and never wait for
+///   each other); SQLite's one writer needs nothing.
+pub struct Template {
+    text: &'static str,
+    sqlite: std::sync::OnceLock<String>,
+    postgres: std::sync::OnceLock<String>,
+}
+
+/// PostgreSQL's clock in Unix ms, the same for the whole statement.
+const POSTGRES_NOW: &str = "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)";
+
+impl Template {
+    pub const fn new(text: &'static str) -> Template {
+        Template {
+            text,
+            sqlite: std::sync::OnceLock::new(),
+            postgres: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn sqlite(&self) -> &str {
+        self.sqlite.get_or_init(|| {
+            self.text
+                .replace("{now}", "$now")
+                .replace("{skip_locked}", "")
+        })
+    }
+
+    pub fn postgres(&self) -> &str {
+        self.postgres.get_or_init(|| {
+            self.text
+                .replace("{now}", POSTGRES_NOW)
+                .replace("{skip_locked}", " FOR UPDATE SKIP LOCKED")
+        })
+    }
+}

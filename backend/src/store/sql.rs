@@ -1,6 +1,9 @@
-//! The SQL both databases run unchanged (`$n` placeholders work in SQLite too). Statements
-//! that differ live in `sqlite.rs` and `postgres.rs`. Public so that the benchmark can run the
-//! very same statements against the databases directly.
+//! The SQL both databases run unchanged (`$n` placeholders work in SQLite too), or as a
+//! [`Template`] with the few words that differ. Statements that differ more live in `sqlite.rs`
+//! and `postgres.rs`. Public so that the benchmark can run the very same statements against
+//! the databases directly.
+
+use super::row::Template;
 
 // -- idempotency keys ------------------------------------------------------------------------
 
@@ -27,10 +30,16 @@ pub const COMPLETE_KEY: &str = "\
     UPDATE idempotency_keys SET status = 'done', response_status = $4, response_body = $5 \
      WHERE account_id = $1 AND idempotency_key = $2 AND claim_id = $3";
 
-/// One bounded batch of expired keys ($2 at most).
-pub const SWEEP_EXPIRED_KEYS: &str = "\
-    DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN \
-        (SELECT account_id, idempotency_key FROM idempotency_keys WHERE created_at < $1 LIMIT $2)";
+/// One bounded batch of expired keys ($2 at most). Every condition is repeated outside the
+/// subquery: under PostgreSQL's READ COMMITTED, a delete that waited for a row lock re-checks
+/// only the outer `WHERE` against the row as committed, and a key re-claimed meanwhile (an
+/// expired key is a new key) is live again. The subquery skips keys being claimed right now.
+pub static SWEEP_EXPIRED_KEYS: Template = Template::new(
+    "DELETE FROM idempotency_keys WHERE (account_id, idempotency_key) IN \
+        (SELECT account_id, idempotency_key FROM idempotency_keys WHERE created_at < $1 \
+          LIMIT $2{skip_locked}) \
+       AND created_at < $1",
+);
 
 // -- accounts, shops and the ledger -----------------------------------------------------------
 
@@ -54,8 +63,6 @@ pub const SET_TOKEN_HASH: &str = "UPDATE accounts SET token_hash = $2 WHERE acco
 pub const INSERT_SHOP: &str = "\
     INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6)";
-
-pub const SET_WEBHOOK_URL: &str = "UPDATE shops SET webhook_url = $2 WHERE shop_id = $1";
 
 pub const SHOP: &str = "\
     SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE shop_id = $1";
@@ -159,68 +166,157 @@ SELECT COUNT(*) AS depth, MIN(created_at) AS oldest FROM webhook_events WHERE st
 
 // -- events to the shops (the outbox) ---------------------------------------------------------
 
-/// The events due now, oldest first, leased to this worker until $2 (their attempt counted):
-/// pending, not leased by another, for a shop with a webhook URL, and with no earlier event of
-/// their subject still pending (a refund's event never overtakes its payment's). Databases
-/// append their own locking to the inner SELECT.
-pub const CLAIM_DUE_EVENTS_HEAD: &str = "\
-    UPDATE webhook_events SET locked_until = $2, attempts = attempts + 1 \
-     WHERE event_id IN (SELECT ev.event_id FROM webhook_events ev \
-             WHERE ev.status = 'pending' AND ev.next_attempt_at <= $1 \
-               AND (ev.locked_until IS NULL OR ev.locked_until < $1) \
-               AND EXISTS (SELECT 1 FROM shops s \
-                            WHERE s.account_id = ev.shop_account_id AND s.webhook_url IS NOT NULL) \
-               AND NOT EXISTS (SELECT 1 FROM webhook_events p \
-                                WHERE p.subject_id = ev.subject_id AND p.seq < ev.seq \
-                                  AND p.status = 'pending') \
-             ORDER BY ev.seq LIMIT $3";
-pub const CLAIM_DUE_EVENTS_TAIL: &str = ") RETURNING event_id, seq, shop_account_id, type, subject_id, \
-    body, created_at, status, attempts, next_attempt_at, last_error, delivered_at";
+/// An event is due when it is pending, its time has come, no worker holds a lease on it, its
+/// shop has a webhook URL, and no earlier event of its subject is still pending (a refund's
+/// event never overtakes its payment's). `{e}` names the row.
+macro_rules! due_event {
+    ($e:literal) => {
+        concat!(
+            $e,
+            ".status = 'pending' AND ",
+            $e,
+            ".next_attempt_at <= {now} \
+             AND (",
+            $e,
+            ".locked_until IS NULL OR ",
+            $e,
+            ".locked_until < {now}) \
+             AND EXISTS (SELECT 1 FROM shops s \
+                          WHERE s.account_id = ",
+            $e,
+            ".shop_account_id AND s.webhook_url IS NOT NULL) \
+             AND NOT EXISTS (SELECT 1 FROM webhook_events p \
+                              WHERE p.subject_id = ",
+            $e,
+            ".subject_id AND p.seq < ",
+            $e,
+            ".seq \
+                                AND p.status = 'pending')"
+        )
+    };
+}
+
+/// The columns of an event, as [`super::EventRow`] reads them.
+macro_rules! event_columns {
+    () => {
+        "event_id, seq, shop_account_id, type, subject_id, body, created_at, status, attempts, \
+         next_attempt_at, last_error, delivered_at, lease_id"
+    };
+}
+
+/// Leases up to $4 due events to this worker for $1 ms under lease $2 (their attempt counted),
+/// taking turns between shops: each shop's due events are numbered in order, and a shop gets
+/// at most $3 in flight at once (its events already leased count), so one shop whose endpoint
+/// hangs cannot hold every send slot. The innermost query ranks; the middle one locks what it
+/// picked and re-checks it as locked (skipping rows another instance holds); the outer
+/// `UPDATE` checks once more, as READ COMMITTED re-reads only its own `WHERE`.
+pub static CLAIM_DUE_EVENTS: Template = Template::new(concat!(
+    "UPDATE webhook_events SET locked_until = {now} + $1, lease_id = $2, attempts = attempts + 1 \
+      WHERE event_id IN ( \
+            SELECT ev.event_id FROM webhook_events ev \
+             WHERE ev.event_id IN ( \
+                   SELECT due.event_id FROM ( \
+                          SELECT e.event_id, e.seq, e.shop_account_id, \
+                                 ROW_NUMBER() OVER (PARTITION BY e.shop_account_id ORDER BY e.seq) AS turn \
+                            FROM webhook_events e WHERE ",
+    due_event!("e"),
+    ") due \
+                     LEFT JOIN (SELECT shop_account_id, COUNT(*) AS n FROM webhook_events \
+                                 WHERE status = 'pending' AND locked_until >= {now} \
+                                 GROUP BY shop_account_id) busy \
+                            ON busy.shop_account_id = due.shop_account_id \
+                    WHERE due.turn + COALESCE(busy.n, 0) <= $3 \
+                    ORDER BY due.turn, due.seq LIMIT $4) \
+               AND ",
+    due_event!("ev"),
+    "{skip_locked}) \
+        AND ",
+    due_event!("webhook_events"),
+    " RETURNING ",
+    event_columns!()
+));
 
 pub const SHOP_OF_ACCOUNT: &str = "\
     SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE account_id = $1";
 
-pub const EVENT_DELIVERED: &str = "\
-    UPDATE webhook_events SET status = 'delivered', delivered_at = $2, locked_until = NULL, \
-           last_error = NULL \
-     WHERE event_id = $1 AND status = 'pending'";
+/// How an attempt ended is written only by the attempt that holds the lease ($2): a shop's
+/// redelivery request made meanwhile takes the lease away, and is not undone by it.
+pub static EVENT_DELIVERED: Template = Template::new(
+    "UPDATE webhook_events SET status = 'delivered', delivered_at = {now}, locked_until = NULL, \
+            lease_id = NULL, last_error = NULL \
+      WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
+);
 
-pub const EVENT_RETRY_AT: &str = "\
-    UPDATE webhook_events SET next_attempt_at = $2, locked_until = NULL, last_error = $3 \
-     WHERE event_id = $1 AND status = 'pending'";
+/// The next attempt $3 ms from now.
+pub static EVENT_RETRY_AT: Template = Template::new(
+    "UPDATE webhook_events SET next_attempt_at = {now} + $3, locked_until = NULL, lease_id = NULL, \
+            last_error = $4 \
+      WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
+);
 
 pub const EVENT_DEAD: &str = "\
-    UPDATE webhook_events SET status = 'dead', locked_until = NULL, last_error = $2 \
-     WHERE event_id = $1 AND status = 'pending'";
+    UPDATE webhook_events SET status = 'dead', locked_until = NULL, lease_id = NULL, \
+           last_error = $3 \
+     WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'";
 
 /// A shop's events, newest first, before `seq` $2, at most $3.
-pub const SHOP_EVENTS: &str = "\
-    SELECT event_id, seq, shop_account_id, type, subject_id, body, created_at, \
-           status, attempts, next_attempt_at, last_error, delivered_at \
-      FROM webhook_events WHERE shop_account_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+pub const SHOP_EVENTS: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM webhook_events WHERE shop_account_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+);
 
-pub const SHOP_EVENT: &str = "\
-    SELECT event_id, seq, shop_account_id, type, subject_id, body, created_at, \
-           status, attempts, next_attempt_at, last_error, delivered_at \
-      FROM webhook_events WHERE event_id = $1 AND shop_account_id = $2";
+pub const SHOP_EVENT: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM webhook_events WHERE event_id = $1 AND shop_account_id = $2"
+);
 
-/// A shop asks for an event again: pending now, with a fresh schedule.
-pub const REDELIVER_EVENT: &str = "\
-    UPDATE webhook_events SET status = 'pending', attempts = 0, next_attempt_at = $3, \
-           locked_until = NULL, last_error = NULL \
-     WHERE event_id = $1 AND shop_account_id = $2 \
-    RETURNING event_id, seq, shop_account_id, type, subject_id, body, created_at, \
-           status, attempts, next_attempt_at, last_error, delivered_at";
+/// A shop asks for an event again: pending with a fresh schedule, due now, or when the lease
+/// of an attempt in flight ends (the lease stays, so no other worker sends it meanwhile; the
+/// lease id goes, so that attempt's outcome no longer counts). Kept as `no_endpoint` while the
+/// shop has no webhook URL.
+pub static REDELIVER_EVENT: Template = Template::new(concat!(
+    "UPDATE webhook_events \
+        SET status = CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
+                          THEN 'no_endpoint' ELSE 'pending' END, \
+            attempts = 0, lease_id = NULL, last_error = NULL, \
+            next_attempt_at = CASE WHEN locked_until > {now} THEN locked_until ELSE {now} END \
+      WHERE event_id = $1 AND shop_account_id = $2 \
+     RETURNING ",
+    event_columns!()
+));
 
-/// Events still to be delivered, and how old the oldest is.
-pub const OUTBOX_DEPTH: &str = "\
-    SELECT COUNT(*) AS depth, COALESCE(MIN(created_at), 0) AS oldest \
-      FROM webhook_events WHERE status = 'pending'";
+/// A shop's webhook URL, set or cleared by its operator.
+pub const SET_SHOP_WEBHOOK_URL: &str =
+    "UPDATE shops SET webhook_url = $2 WHERE shop_id = $1 RETURNING account_id";
+
+/// The shop has an endpoint (again): every event it has not received goes there, due now, on
+/// a fresh schedule; an attempt in flight keeps its lease.
+pub static EVENTS_TO_NEW_ENDPOINT: Template = Template::new(
+    "UPDATE webhook_events \
+        SET status = 'pending', attempts = 0, last_error = NULL, \
+            next_attempt_at = CASE WHEN locked_until > {now} THEN locked_until ELSE {now} END \
+      WHERE shop_account_id = $1 AND status IN ('pending', 'no_endpoint')",
+);
+
+/// The shop has no endpoint any more: what waited for delivery is kept, as `no_endpoint`.
+pub static EVENTS_WITHOUT_ENDPOINT: Template = Template::new(
+    "UPDATE webhook_events SET status = 'no_endpoint', lease_id = NULL \
+      WHERE shop_account_id = $1 AND status = 'pending' \
+        AND (locked_until IS NULL OR locked_until < {now})",
+);
 
 /// One bounded batch of sessions that lapsed unpaid ($2 at most) become `expired`; the caller
-/// writes each one's event in the same transaction.
-pub const EXPIRE_SESSIONS: &str = "\
-    UPDATE checkout_sessions SET status = 'expired' \
-     WHERE session_id IN (SELECT session_id FROM checkout_sessions \
-                           WHERE status = 'open' AND expires_at < $1 ORDER BY expires_at LIMIT $2) \
-    RETURNING session_id, shop_account_id, order_id, amount, currency, expires_at";
+/// writes each one's event in the same transaction. The subquery skips sessions a payment (or
+/// another instance's sweep) holds right now, and the outer `WHERE` checks again what it
+/// picked: under READ COMMITTED a row the sweep waited for is re-read against that alone, and
+/// a session paid meanwhile must stay paid, with no `expired` event.
+pub static EXPIRE_SESSIONS: Template = Template::new(
+    "UPDATE checkout_sessions SET status = 'expired' \
+      WHERE session_id IN (SELECT session_id FROM checkout_sessions \
+                            WHERE status = 'open' AND expires_at < $1 \
+                            ORDER BY expires_at LIMIT $2{skip_locked}) \
+        AND status = 'open' AND expires_at < $1 \
+     RETURNING session_id, shop_account_id, order_id, amount, currency, expires_at",
+);

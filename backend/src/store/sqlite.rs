@@ -59,15 +59,6 @@ pub const INSERT_EVENT: &str = "\
             CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
                  THEN 'no_endpoint' ELSE 'pending' END)";
 
-/// One writer: nothing else can claim the same events meanwhile.
-pub static CLAIM_DUE_EVENTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "{}{}",
-        sql::CLAIM_DUE_EVENTS_HEAD,
-        sql::CLAIM_DUE_EVENTS_TAIL
-    )
-});
-
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: Sender<Box<dyn Job>>,
@@ -96,9 +87,9 @@ pub struct SqliteTx {
 
 pub async fn connect(
     url: &str,
-    max_batch: usize,
-    exclusive: bool,
+    settings: &super::StoreSettings,
 ) -> Result<SqliteStore, ConnectError> {
+    let (max_batch, exclusive) = (settings.sqlite_batch, settings.exclusive);
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -122,6 +113,12 @@ pub async fn connect(
     sqlx::Connection::close(migrating).await?;
 
     let conn = open(&file, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    if let Some(kib) = settings.sqlite_max_size_kib {
+        // Per connection, and only the writer's writes: the cap is the writer's.
+        let page_size: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+        let pages = (kib.saturating_mul(1024) / page_size.max(1) as u64).max(1);
+        conn.pragma_update(None, "max_page_count", pages as i64)?;
+    }
     let (writer, jobs) = mpsc::channel();
     let stats = Arc::new(WriterStats::default());
     let runtime = Handle::current();
@@ -378,6 +375,13 @@ impl<W: Work<Tx>> Job for Unit<W> {
 }
 
 /// The writer thread: batch after batch until the store is dropped.
+///
+/// SQLite may roll a whole transaction back by itself inside a unit (a full disk, an I/O error):
+/// `ROLLBACK TO` then fails, and whatever ran next would run outside any transaction, committing
+/// on its own while being answered as failed. So after every unit the writer checks that the
+/// batch's transaction is still open and that each savepoint statement worked; if not, the batch
+/// is lost: every unit run in it is answered as not done (true: nothing of it committed), and
+/// the units still queued start a new batch.
 fn write_batches(
     mut conn: Connection,
     jobs: &Receiver<Box<dyn Job>>,
@@ -393,14 +397,19 @@ fn write_batches(
         }
         let mut tx = Tx::Sqlite(SqliteTx { conn });
         let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch);
+        let mut lost = None;
         let mut next = Some(first);
         while let Some(mut job) = next.take() {
             stats.queued.fetch_sub(1, Ordering::SeqCst);
             if job.abandoned() {
                 job.answer(Ok(()));
             } else {
-                run_in_savepoint(&mut tx, job.as_mut(), runtime);
+                let end = run_in_savepoint(&mut tx, job.as_mut(), runtime);
                 batch.push(job);
+                if let Err(error) = end {
+                    lost = Some(error);
+                    break;
+                }
             }
             if batch.len() < max_batch {
                 next = jobs.try_recv().ok();
@@ -410,10 +419,22 @@ fn write_batches(
             unreachable!("the writer only ever lends its SQLite connection");
         };
         conn = batch_conn;
-        let committed = conn.execute_batch("COMMIT").map_err(classify);
-        if committed.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
+        let committed = match lost {
+            Some(error) => {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                tracing::error!(%error, units = batch.len(), "a SQLite batch was lost; none of it committed");
+                Err(error)
+            }
+            None => {
+                let committed = conn.execute_batch("COMMIT").map_err(classify);
+                if committed.is_err() && !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                committed
+            }
+        };
         crate::metrics::group_commit(batch.len());
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.units.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -426,26 +447,35 @@ fn write_batches(
     }
 }
 
-fn run_in_savepoint(tx: &mut Tx, job: &mut dyn Job, runtime: &Handle) {
-    let Tx::Sqlite(SqliteTx { conn }) = tx else {
-        return;
+/// Runs one unit in a savepoint of the batch. `Err`: the batch's transaction cannot be trusted
+/// any more (SQLite ended it, or a savepoint statement failed) and must not commit.
+fn run_in_savepoint(tx: &mut Tx, job: &mut dyn Job, runtime: &Handle) -> Result<(), StoreError> {
+    let lost = |error: &dyn std::fmt::Display| {
+        StoreError::Unavailable(format!("the batch's transaction was lost: {error}").into())
     };
-    if conn.execute_batch("SAVEPOINT unit").is_err() {
-        return;
+    {
+        let Tx::Sqlite(SqliteTx { conn }) = tx else {
+            unreachable!("the writer only ever lends its SQLite connection");
+        };
+        conn.execute_batch("SAVEPOINT unit").map_err(|e| lost(&e))?;
     }
     let keep = job.run(tx, runtime);
     let Tx::Sqlite(SqliteTx { conn }) = tx else {
-        return;
+        unreachable!("the writer only ever lends its SQLite connection");
     };
+    if conn.is_autocommit() {
+        return Err(lost(&"SQLite rolled it back (disk full or an I/O error)"));
+    }
     let end = if keep {
         "RELEASE unit"
     } else {
         "ROLLBACK TO unit; RELEASE unit"
     };
-    if conn.execute_batch(end).is_err() {
-        // The batch cannot be trusted any more: fail its commit rather than keep half a unit.
-        let _ = conn.execute_batch("ROLLBACK TO unit; RELEASE unit");
+    conn.execute_batch(end).map_err(|e| lost(&e))?;
+    if conn.is_autocommit() {
+        return Err(lost(&"it ended with the unit's savepoint"));
     }
+    Ok(())
 }
 
 // -- statements --------------------------------------------------------------------------------
@@ -497,6 +527,10 @@ fn bind(statement: &mut Statement<'_>, args: &[Arg<'_>]) -> rusqlite::Result<()>
             Arg::Text(s) => statement.raw_bind_parameter(index, s)?,
             Arg::OptText(s) => statement.raw_bind_parameter(index, s)?,
         }
+    }
+    // A `Template`'s `{now}`: this process's clock (it holds the file alone).
+    if let Some(index) = statement.parameter_index("$now")? {
+        statement.raw_bind_parameter(index, checkout_idempotency::now_ms())?;
     }
     Ok(())
 }
