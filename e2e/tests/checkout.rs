@@ -9,7 +9,8 @@
 #[macro_use]
 mod browser;
 
-use browser::Checkout;
+use browser::{CART, Checkout};
+use checkout_testkit::OPENING_BALANCE;
 use std::time::Duration;
 
 use checkout_testkit::wait_until;
@@ -54,6 +55,22 @@ scenario!(
     "",
     [Sqlite]
 );
+scenario!(
+    a_session_paid_by_another_is_never_a_decline,
+    "",
+    [Sqlite, Postgres]
+);
+scenario!(
+    tabs_of_one_session_opened_apart_pay_it_once,
+    "delay_before_commit_ms=1000",
+    [Sqlite, Postgres]
+);
+scenario!(
+    an_unreadable_success_is_looked_up_and_shown_paid,
+    "html_after_commit=1",
+    [Sqlite]
+);
+scenario!(a_declined_shopper_pays_again_with_a_new_key, "", [Sqlite]);
 scenario!(
     server_killed_while_retrying_ends_on_one_receipt,
     "delay_after_commit_ms=2500",
@@ -379,5 +396,164 @@ async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -
         json!(["script-src-elem"]),
         "nothing but the injected script broke the policy"
     );
+    c
+}
+
+/// What the shop's page heard (`window.shop.events`); none of it ever carries a balance.
+async fn host_events(c: &Checkout) -> Vec<serde_json::Value> {
+    let events = c.js("return window.shop.events;").await;
+    assert!(
+        !events.to_string().contains("balance"),
+        "the shop's page never hears the shopper's balance: {events}"
+    );
+    events.as_array().cloned().unwrap_or_default()
+}
+
+/// The session is paid by another shopper while this one looks at «Оплатить»; the click finds
+/// it paid: «Заказ уже оплачен», never «Платёж не прошёл», and the shop's page hears
+/// `checkout:paid` (its order is paid), never `checkout:declined`. A reload says the same,
+/// with no button. Before the fix: a decline, `checkout:declined`, «Оплата не прошла».
+async fn a_session_paid_by_another_is_never_a_decline(c: Checkout) -> Checkout {
+    c.open().await;
+    let other = c.server.api().shopper().await;
+    let theirs = other
+        .pay(
+            &checkout_testkit::new_key(),
+            &checkout_testkit::pay_session(&c.session_id().await),
+        )
+        .await;
+    assert_eq!(theirs.status, StatusCode::CREATED, "{}", theirs.body);
+    let their_payment = theirs.json()["payment_id"].as_str().unwrap().to_owned();
+
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".already-paid", "Заказ уже оплачен").await;
+    assert_eq!(c.count(".declined").await, 0, "never a decline");
+    c.wait_for_text("#order-state", "Заказ оплачен").await;
+    let events = host_events(&c).await;
+    assert!(
+        events.iter().all(|e| e["name"] != "checkout:declined"),
+        "{events:?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["name"] == "checkout:paid")
+            .count(),
+        1
+    );
+    assert_eq!(events[0]["payment_id"], their_payment.as_str());
+    assert_eq!(
+        c.api().await.balance().await,
+        OPENING_BALANCE,
+        "nothing charged here"
+    );
+    assert_eq!(c.payments_in_db().await, 1);
+
+    c.reload().await;
+    c.wait_for_text(".already-paid", "Заказ уже оплачен").await;
+    assert_eq!(c.count("button.pay").await, 0, "nothing to pay");
+    c.screenshot("seen-already-paid").await;
+    c.db.assert_invariants().await;
+    c
+}
+
+/// Two tabs of one order opened apart (the second by its address, with its own storage, its
+/// own shopper and its own intent) both click «Оплатить»: the session is paid once, one tab
+/// shows the receipt, the other «Заказ уже оплачен»; neither shows a decline.
+async fn tabs_of_one_session_opened_apart_pay_it_once(c: Checkout) -> Checkout {
+    c.open().await;
+    let url = c.url().await;
+    let first = c.browser.window().await.unwrap();
+    let second = c.browser.new_window(true).await.unwrap().handle;
+    c.browser.switch_to_window(second.clone()).await.unwrap();
+    c.browser.goto(&url).await.unwrap();
+    c.wait_for("button.pay:not([disabled])").await;
+    c.click("button.pay", 1).await;
+    c.browser.switch_to_window(first.clone()).await.unwrap();
+    c.click("button.pay", 1).await;
+
+    let mut shown = Vec::new();
+    for tab in [&first, &second] {
+        c.browser.switch_to_window(tab.clone()).await.unwrap();
+        wait_until(
+            "the tab never showed an outcome",
+            Duration::from_secs(30),
+            || async { c.count(".receipt").await + c.count(".already-paid").await > 0 },
+        )
+        .await;
+        assert_eq!(c.count(".declined").await, 0, "never a decline");
+        shown.push((c.count(".receipt").await, c.count(".already-paid").await));
+    }
+    shown.sort();
+    assert_eq!(shown, [(0, 1), (1, 0)], "one receipt, one «already paid»");
+    assert_eq!(c.payments_in_db().await, 1, "the session was paid once");
+    c.db.assert_invariants().await;
+    c
+}
+
+/// The payment's answer reaches the page as a proxy's HTML page with `200`: the money moved,
+/// so the widget asks the key what became of it and shows the receipt. Before the fix:
+/// «Платёж не прошёл: сервер прислал непонятный ответ».
+async fn an_unreadable_success_is_looked_up_and_shown_paid(c: Checkout) -> Checkout {
+    c.open().await;
+    c.click("button.pay", 1).await;
+    c.assert_paid_once().await;
+    c.assert_status_seen("Проверяем, прошёл ли платёж…").await;
+    assert_eq!(c.payment_outcomes(), ["first"], "nothing was sent again");
+    c
+}
+
+/// Declined for want of money, the shopper is offered to pay again; once money has come back
+/// (the shop refunded an earlier purchase) «Оплатить снова» pays the same order under a new
+/// key. The page heard the decline's code, then the payment, never a balance. Before the fix:
+/// no way to pay the order again.
+async fn a_declined_shopper_pays_again_with_a_new_key(c: Checkout) -> Checkout {
+    c.open().await;
+    let api = c.api().await;
+    let cart = api
+        .send(api.post("/api/demo/checkout-session", None, &json!({"cart": 1})))
+        .await
+        .unwrap();
+    let elsewhere = api
+        .pay(
+            "elsewhere",
+            &json!({"checkout_session_id": cart.json()["session_id"]}),
+        )
+        .await;
+    assert_eq!(elsewhere.status, StatusCode::CREATED);
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".declined", "недостаточно средств").await;
+    c.wait_for_text("#order-state", "Оплата не прошла").await;
+    let declined_key = c.payment_key().await;
+    c.wait_for("button.pay-again").await;
+
+    let refund = c
+        .shop_api()
+        .refund(
+            elsewhere.json()["payment_id"].as_str().unwrap(),
+            "give-back",
+            70_000,
+        )
+        .await;
+    assert_eq!(refund.status, StatusCode::CREATED, "{}", refund.body);
+    c.click("button.pay-again", 1).await;
+    let paid = c.wait_for_text(".payment-id", "pay_").await;
+    c.wait_for_text(".receipt-amount", "450,00").await;
+    assert_ne!(
+        c.payment_key().await,
+        declined_key,
+        "paying again is a new intent"
+    );
+    c.assert_shop_order_paid(&paid).await;
+    assert_eq!(api.balance().await, OPENING_BALANCE - CART);
+    let events = host_events(&c).await;
+    let names: Vec<&str> = events.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["checkout:declined", "checkout:paid"]);
+    assert_eq!(events[0]["detail"], json!({"code": "insufficient_funds"}));
+    assert_eq!(
+        events[1]["detail"],
+        json!({"payment_id": paid, "amount": CART, "status": "succeeded"})
+    );
+    c.db.assert_invariants().await;
     c
 }

@@ -128,6 +128,93 @@ async fn the_dev_page_pays_a_demo_session_with_the_widget_as_a_leptos_component(
     let _ = c.browser.close().await;
 }
 
+/// A session made without items (a gift card, a subscription): the widget shows and pays the
+/// session's amount, on the button too, and its description. Before the fix it showed
+/// «Итого 0,00 ₽» and an active button that then debited 700,00 ₽.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_items_is_shown_and_paid_for_its_amount() {
+    let site = tempfile::tempdir().unwrap();
+    let static_dir = site.path().display().to_string();
+    let c = Checkout::start(Backend::Sqlite, "", &[("CHECKOUT_STATIC_DIR", &static_dir)]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let made = shop
+        .try_session(
+            &checkout_testkit::new_key(),
+            &serde_json::json!({"order_id": "GIFT-1", "amount": 70_000, "description": "Подарочный сертификат"}),
+        )
+        .await;
+    let session = made.json()["session_id"].as_str().unwrap().to_owned();
+    let other = shop.session("ORD-OTHER", 100).await;
+    shop_page(site.path(), &session, &other);
+    c.browser
+        .goto(&format!("{}/shop.html", c.server.base))
+        .await
+        .unwrap();
+    c.wait_for_text("#a .total-amount", "700,00").await;
+    c.wait_for_text("#a .description", "Подарочный сертификат")
+        .await;
+    c.wait_for_text("#a button.pay", "Оплатить 700,00").await;
+    c.wait_for("#a button.pay:not([disabled])").await;
+    c.screenshot("seen-session-without-items").await;
+    c.click("#a button.pay", 1).await;
+    c.wait_for_text("#a .receipt-amount", "700,00").await;
+    assert_eq!(
+        c.wait_for_text("#a .receipt-balance", "300,00").await,
+        "300,00 ₽"
+    );
+    assert_eq!(shop.balance().await, 70_000);
+    c.db.assert_invariants().await;
+    let _ = c.browser.close().await;
+}
+
+/// A session that lapsed before the page was opened: the widget says so, offers nothing to
+/// pay, and tells the page (`checkout:declined` with `session_expired`). Before the fix it
+/// offered «Оплатить».
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_session_shows_it_lapsed_and_offers_nothing_to_pay() {
+    let site = tempfile::tempdir().unwrap();
+    let static_dir = site.path().display().to_string();
+    let c = Checkout::start(
+        Backend::Sqlite,
+        "",
+        &[
+            ("CHECKOUT_STATIC_DIR", &static_dir),
+            ("CHECKOUT_SESSION_TTL_SECS", "1"),
+        ],
+    )
+    .await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let (lapsed, other) = (
+        shop.session("ORD-LATE", 5_000).await,
+        shop.session("ORD-X", 100).await,
+    );
+    let public = c.server.api();
+    wait_until("the session never lapsed", browser::WAIT, || async {
+        public
+            .get(&format!("/api/checkout-sessions/{lapsed}"))
+            .await
+            .json()["status"]
+            == "expired"
+    })
+    .await;
+    shop_page(site.path(), &lapsed, &other);
+    c.browser
+        .goto(&format!("{}/shop.html", c.server.base))
+        .await
+        .unwrap();
+    c.wait_for_text("#a .expired", "Срок оплаты истёк").await;
+    assert_eq!(c.count("#a button.pay").await, 0, "nothing to pay");
+    let events = wait_for_events(&c, 1).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["host"] == "a" && e["name"] == "checkout:declined"),
+        "{events:?}"
+    );
+    assert_eq!(c.payments_in_db().await, 0);
+    let _ = c.browser.close().await;
+}
+
 /// What the page's listener has heard so far, once it has heard `n` events.
 async fn wait_for_events(c: &Checkout, n: usize) -> Vec<Value> {
     let heard = || async {

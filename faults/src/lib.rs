@@ -15,6 +15,7 @@
 //! | `fail_after_commit=N` | the first N commit, then answer `503` (the answer is lost) |
 //! | `drop_after_commit=N` | the first N commit, then cut the connection mid-answer |
 //! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
+//! | `html_after_commit=N` | the first N payments commit, then answer `200` with a proxy's HTML page |
 //! | `delay_account_ms=MS` | (not keyed) `GET /api/account` answers MS late |
 
 mod shop;
@@ -60,11 +61,12 @@ pub fn main() -> ExitCode {
                 let faults = after_commit.clone();
                 async move {
                     let account = request.uri().path() == "/api/account";
+                    let payment = request.uri().path() == "/api/payments";
                     let response = next.run(request).await;
                     if account {
                         tokio::time::sleep(faults.delay_account).await;
                     }
-                    faults.after_commit(response).await
+                    faults.after_commit(response, payment).await
                 }
             }))
         })),
@@ -82,6 +84,7 @@ pub struct Faults {
     fail_after_commit: AtomicU64,
     drop_after_commit: AtomicU64,
     drop_after_commit_percent: u64,
+    html_after_commit: AtomicU64,
     delay_account: Duration,
     claims_seen: Mutex<HashMap<String, u64>>,
 }
@@ -116,6 +119,7 @@ impl Faults {
                 "fail_after_commit" => faults.fail_after_commit = AtomicU64::new(value),
                 "drop_after_commit" => faults.drop_after_commit = AtomicU64::new(value),
                 "drop_after_commit_percent" => faults.drop_after_commit_percent = value,
+                "html_after_commit" => faults.html_after_commit = AtomicU64::new(value),
                 "delay_account_ms" => faults.delay_account = Duration::from_millis(value),
                 other => return Err(format!("unknown fault {other}")),
             }
@@ -125,7 +129,7 @@ impl Faults {
 
     /// After `COMMIT`, before the answer leaves: may delay it, replace it with `503`, or cut
     /// the connection mid-answer. Only first executions: a replay is never lost.
-    async fn after_commit(&self, response: Response) -> Response {
+    async fn after_commit(&self, response: Response, payment: bool) -> Response {
         if response.extensions().get::<KeyOutcome>() != Some(&KeyOutcome::First) {
             return response;
         }
@@ -134,6 +138,15 @@ impl Faults {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "injected: answer lost after commit",
+            )
+                .into_response();
+        }
+        if payment && take(&self.html_after_commit) {
+            // What a misconfigured proxy or a captive portal sends: a success nobody can read.
+            return (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/html")],
+                "<html><body><h1>502 Bad Gateway</h1></body></html>",
             )
                 .into_response();
         }

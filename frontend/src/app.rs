@@ -5,12 +5,15 @@
 use leptos::prelude::LocalStorage;
 use leptos::wasm_bindgen::JsCast;
 
-use checkout_shared::{DemoSession, ErrorCode, Payment, PaymentDetails, Problem, format_rub};
+use checkout_shared::{CheckoutSessionStatus, DemoSession, Payment, PaymentDetails, format_rub};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::de::DeserializeOwned;
 
-use crate::checkout::{self, Checkout, Order, Read, Seed, payment_status};
+use crate::checkout::{
+    self, Checkout, DeclinedDetail, HostEvent, Order, PaidDetail, Read, Seed, SessionState,
+    payment_status,
+};
 use crate::intent::{Intent, Phase, Resume, RetryPolicy, WhenForgotten};
 use crate::{api, json, messages, shopper, storage, tabs};
 
@@ -61,19 +64,19 @@ pub fn mount(host: web_sys::HtmlElement, session_id: String) {
 }
 
 /// The widget as a component of a Leptos app:
-/// `<CheckoutWidget session_id="cs_…" on_paid=move |receipt| … />`. Its element (a `div`) gets
+/// `<CheckoutWidget session_id="cs_…" on_paid=move |paid| … />`. Its element (a `div`) gets
 /// the same `checkout:paid` / `checkout:declined` events as an embedded widget's host.
 #[component]
 pub fn CheckoutWidget(
     /// The shop's checkout session to pay.
     #[prop(into)]
     session_id: String,
-    /// Once per outcome and page load, with the receipt.
+    /// Once per outcome and page load: which payment paid the session, and how much.
     #[prop(optional, into)]
-    on_paid: Option<Callback<Payment>>,
-    /// Once per outcome and page load, with the problem.
+    on_paid: Option<Callback<PaidDetail>>,
+    /// Once per outcome and page load: why it was declined.
     #[prop(optional, into)]
-    on_declined: Option<Callback<Problem>>,
+    on_declined: Option<Callback<DeclinedDetail>>,
 ) -> impl IntoView {
     let element = NodeRef::<leptos::html::Div>::new();
     let mode = Mode {
@@ -111,8 +114,8 @@ async fn mount_demo(page: web_sys::HtmlElement) {
 pub struct Mode {
     session_id: String,
     host: Host,
-    on_paid: Option<Callback<Payment>>,
-    on_declined: Option<Callback<Problem>>,
+    on_paid: Option<Callback<PaidDetail>>,
+    on_declined: Option<Callback<DeclinedDetail>>,
 }
 
 /// The element the outcome events are dispatched on.
@@ -199,7 +202,9 @@ fn change<R>(widget: Widget, f: impl FnOnce(&mut Checkout) -> R) -> Option<R> {
     result
 }
 
-/// Another tab's state, taken when it is about the same purchase (the same payment key).
+/// Another tab's state: taken whole when it is about the same purchase (the same payment
+/// key: a tab opened from this one); from a tab of the same session opened on its own (its own
+/// intent), only that it paid the session.
 fn from_another_tab(widget: Widget, text: &str) {
     let Read::Current(theirs) = checkout::read_saved(text) else {
         return;
@@ -210,6 +215,8 @@ fn from_another_tab(widget: Widget, text: &str) {
     if same {
         widget.checkout.set(theirs);
         storage::write(&widget.mode.with_value(Mode::state_key), text);
+    } else if theirs.receipt().is_some() {
+        change(widget, |ours| ours.paid_in_another_tab(&theirs));
     }
 }
 
@@ -306,7 +313,12 @@ impl Widget {
             else {
                 return;
             };
-            let lock = format!("checkout-intent:{key}");
+            // One tab at a time per session, not only per key: tabs opened on their own have
+            // intents of their own, and must not pay one session side by side.
+            let _ = key;
+            let lock = self
+                .mode
+                .with_value(|mode| format!("checkout-session:{}", mode.session_id));
             tabs::one_at_a_time(&lock, || self.elsewhere.set(Some(K::WHICH)), async move {
                 self.elsewhere.set(None);
                 self.work_on::<K>(clicked).await;
@@ -347,7 +359,7 @@ impl Widget {
                 Resume::Confirm(payment_id) => {
                     self.fetch_payment::<K>(&token, Some(payment_id)).await
                 }
-                Resume::Reconcile => self.fetch_payment::<K>(&token, None).await,
+                Resume::Reconcile => self.reconcile::<K>().await,
                 Resume::Renew => {
                     if self.renew_session().await {
                         change(self, |c| K::intent(c).map(Intent::session_renewed));
@@ -450,19 +462,10 @@ impl Widget {
                 change(self, |c| K::found(c, &details));
                 true
             }
-            // The session was paid, but not by this shopper: for this page, a decline.
+            // The session was paid, but not by this shopper: the order is paid, and nothing
+            // was charged here. Never a decline.
             Err(api::Failure::NotFound) => {
-                change(self, |c| {
-                    if let Some(intent) = K::intent(c) {
-                        intent.phase = Phase::Declined {
-                            problem: Problem::new(
-                                409,
-                                ErrorCode::SessionAlreadyPaid,
-                                "paid by another shopper",
-                            ),
-                        };
-                    }
-                });
+                change(self, |c| c.paid_by_another(&payment_id));
                 true
             }
             Err(api::Failure::Unauthorized) => {
@@ -473,19 +476,52 @@ impl Widget {
         }
     }
 
+    /// The outcome of a request whose answer could not be read, even from its key: what it
+    /// made is in the session (paid by a payment, which is then fetched), or it made nothing
+    /// and is sent again. `false`: no answer (tried again later).
+    async fn reconcile<K: Kind>(self) -> bool {
+        let session_id = self.mode.with_value(|mode| mode.session_id.clone());
+        let Ok(session) = api::checkout_session(&session_id).await else {
+            return false;
+        };
+        change(self, |c| {
+            let Some(intent) = K::intent(c) else { return };
+            match (session.status, session.payment_id.clone()) {
+                (CheckoutSessionStatus::Paid, Some(payment_id)) => {
+                    if matches!(intent.phase, Phase::Reconciling) {
+                        intent.phase = Phase::Confirming { payment_id };
+                    }
+                }
+                _ => intent.found_nothing(),
+            }
+        });
+        true
+    }
+
     fn pay(self) {
         self.advance::<PaymentKind>(true);
     }
 
-    /// The shop's checkout session for this purchase, fetched once and kept with the intent.
-    async fn fetch_cart(self) {
-        if !self.checkout.with_untracked(Checkout::wants_session) {
-            return;
+    /// After a decline: a new intent for the same open session, sent at once.
+    fn pay_again(self) {
+        let started = change(self, |c| c.start_over(seed(), now_ms())).unwrap_or(false);
+        if started {
+            self.pay();
         }
+    }
+
+    /// The shop's checkout session, read on every mount: what it asks (kept with the intent
+    /// once fetched), and whether it is still open, paid or expired.
+    async fn read_session(self) {
         let session_id = self.mode.with_value(|mode| mode.session_id.clone());
         match api::checkout_session(&session_id).await {
             Ok(session) => {
-                change(self, |c| c.adopt_session(&session));
+                change(self, |c| {
+                    if c.wants_session() {
+                        c.adopt_session(&session);
+                    }
+                    c.observe_session(&session);
+                });
             }
             Err(_) => self.session_error.set(Some(
                 "Не удалось получить заказ магазина: обновите страницу".into(),
@@ -547,7 +583,7 @@ fn App(mode: Mode) -> impl IntoView {
         {
             change(widget, |c| c.sync_refunds(&details));
         }
-        widget.fetch_cart().await;
+        widget.read_session().await;
         widget.advance::<PaymentKind>(false);
         widget.refresh_balance().await;
     });
@@ -558,7 +594,7 @@ fn App(mode: Mode) -> impl IntoView {
                 {move || notice().map(|text| view! { <p class="notice" role="alert">{text}</p> })}
                 <OrderSummary widget />
                 {move || {
-                    let settled = widget.checkout.with(|c| !c.payment.is_pending());
+                    let settled = widget.checkout.with(Checkout::is_settled);
                     if settled { view! { <Outcome widget /> }.into_any() } else { view! { <PayPanel widget /> }.into_any() }
                 }}
                 <footer class="account">
@@ -585,6 +621,12 @@ fn OrderSummary(widget: Widget) -> impl IntoView {
             {move || order().shop_name.map(|name| view! { <p class="shop-name">"Продавец: "{name}</p> })}
             <p class="order-id">"Заказ № "<span class="order-number">{move || order().order_id}</span></p>
         </header>
+        {move || {
+            let order = order();
+            (order.items.is_empty()).then(|| order.description.map(|text| view! {
+                <p class="description">{text}</p>
+            }))
+        }}
         <ul class="items">
             {move || order().items.into_iter().map(|item| view! {
                 <li class="item">
@@ -630,68 +672,94 @@ fn PayPanel(widget: Widget) -> impl IntoView {
             on:click=move |_| widget.pay()
         >
             <span class="spinner" aria-hidden="true"></span>
-            "Оплатить"
+            {move || {
+                let total = widget.checkout.with(|c| c.payment.request.total());
+                if total > 0 { format!("Оплатить {}", format_rub(total)) } else { "Оплатить".into() }
+            }}
         </button>
         <p class="status" class:status-error=failed role="status" aria-live="polite">{status}</p>
     }
 }
 
-/// After the payment has an outcome: the receipt (with refunds) or the decline.
+/// After the purchase has an outcome: the receipt (with refunds); the session paid or expired
+/// otherwise; or the decline, with paying again offered while the session is open.
 #[component]
 fn Outcome(widget: Widget) -> impl IntoView {
     let checkout = widget.checkout;
     view! {
-        {move || match checkout.with(|c| c.receipt().cloned()) {
-            Some(receipt) => view! { <Receipt receipt /> <ShopRefunds widget /> }.into_any(),
-            None => {
+        {move || match checkout.with(|c| (c.receipt().cloned(), c.session.clone())) {
+            (Some(receipt), _) => view! { <Receipt receipt /> <ShopRefunds widget /> }.into_any(),
+            (None, SessionState::Paid { .. }) => view! {
+                <div class="already-paid" role="status">
+                    <p class="already-paid-title"><span class="tick" aria-hidden="true">"✓"</span>" Заказ уже оплачен"</p>
+                    <p>"Этот заказ оплачен, платить ещё раз не нужно."</p>
+                </div>
+            }.into_any(),
+            (None, SessionState::Expired) => view! {
+                <div class="expired" role="alert">
+                    <p class="expired-title">"Срок оплаты истёк"</p>
+                    <p>"Деньги не списаны. Вернитесь в магазин и оформите заказ снова."</p>
+                </div>
+            }.into_any(),
+            (None, SessionState::Open) => {
                 let status = checkout.with(|c| payment_status(&c.payment));
+                let again = checkout.with(Checkout::can_pay_again);
                 view! {
                     <div class="declined" role="alert">
                         <p class="decline-title">"Платёж не прошёл"</p>
                         <p class="status">{status}</p>
                     </div>
+                    {again.then(|| view! {
+                        <button class="pay pay-again" type="button" on:click=move |_| widget.pay_again()>
+                            "Оплатить снова"
+                        </button>
+                        <p class="hint">"Это новая попытка: прежняя ничего не списала."</p>
+                    })}
                 }.into_any()
             }
         }}
     }
 }
 
-/// Tells the embedding page (or app) how the payment ended, once per outcome and page:
-/// `checkout:paid` with the receipt, `checkout:declined` with the problem, bubbling up from the
-/// host element; and a component's `on_paid` / `on_declined`.
+/// Tells the embedding page (or app) how the purchase ended, once per outcome and page load:
+/// `checkout:paid` `{payment_id, amount, status}` or `checkout:declined` `{code}`, bubbling up
+/// from the host element; and a component's `on_paid` / `on_declined`. Never a balance: that
+/// is the shopper's, not the shop's.
 fn tell_the_host(widget: Widget) {
-    let told = StoredValue::new(None::<&'static str>);
+    let told = StoredValue::new(None::<String>);
     Effect::new(move |_| {
-        let outcome = widget.checkout.with(|c| match &c.payment.phase {
-            Phase::Succeeded { receipt } => Some(Ok(receipt.clone())),
-            Phase::Declined { problem } => Some(Err(problem.clone())),
-            _ => None,
-        });
-        let Some(outcome) = outcome else { return };
-        let (name, detail) = match &outcome {
-            Ok(receipt) => ("checkout:paid", json::to_js(receipt)),
-            Err(problem) => ("checkout:declined", json::to_js(problem)),
+        let Some((event, key)) = widget
+            .checkout
+            .with(|c| c.host_event().map(|e| (e, c.payment.key.clone())))
+        else {
+            return;
         };
-        if told.get_value() == Some(name) {
+        let identity = event.identity(&key);
+        if told.with_value(|t| t.as_deref() == Some(identity.as_str())) {
             return;
         }
-        told.set_value(Some(name));
+        told.set_value(Some(identity));
+        let detail = match &event {
+            HostEvent::Paid(paid) => json::to_js(paid),
+            HostEvent::Declined(declined) => json::to_js(declined),
+        };
         let (host, on_paid, on_declined) = widget.mode.with_value(|mode| {
             let host = mode.host.element();
             (host, mode.on_paid, mode.on_declined)
         });
         let init = web_sys::CustomEventInit::new();
         init.set_bubbles(true);
+        init.set_composed(true);
         init.set_detail(&detail.unwrap_or_default());
-        if let (Some(host), Ok(event)) = (
+        if let (Some(host), Ok(dom_event)) = (
             host,
-            web_sys::CustomEvent::new_with_event_init_dict(name, &init),
+            web_sys::CustomEvent::new_with_event_init_dict(event.name(), &init),
         ) {
-            let _ = host.dispatch_event(&event);
+            let _ = host.dispatch_event(&dom_event);
         }
-        match (outcome, on_paid, on_declined) {
-            (Ok(receipt), Some(on_paid), _) => on_paid.run(receipt),
-            (Err(problem), _, Some(on_declined)) => on_declined.run(problem),
+        match (event, on_paid, on_declined) {
+            (HostEvent::Paid(paid), Some(on_paid), _) => on_paid.run(paid),
+            (HostEvent::Declined(declined), _, Some(on_declined)) => on_declined.run(declined),
             _ => {}
         }
     });

@@ -4,7 +4,8 @@
 //! replaced, its intent is recovered from what can be salvaged of it ([`salvage`]).
 
 use checkout_shared::{
-    CheckoutSession, CreatePayment, ErrorCode, Payment, PaymentDetails, Refund, format_rub,
+    CheckoutSession, CheckoutSessionStatus, CreatePayment, ErrorCode, Payment, PaymentDetails,
+    Refund, format_rub,
 };
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +28,7 @@ impl Item {
 }
 
 /// The order in the cart: the shop's checkout session, whose amount the shop fixed. The payment
-/// names only the session; the items are shown, never sent.
+/// names only the session; the amount and items are shown, never sent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
     /// Empty until the shop's session has been fetched: nothing can be paid before.
@@ -37,13 +38,25 @@ pub struct Order {
     #[serde(default)]
     pub shop_name: Option<String>,
     pub order_id: String,
+    /// What is paid, in kopecks: the session's amount (0 in a state saved before it was kept).
+    #[serde(default)]
+    pub amount: i64,
+    /// What the order is, shown when it has no items.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The amount's breakdown, if the shop gave one.
     pub items: Vec<Item>,
     pub currency: String,
 }
 
 impl Order {
+    /// What the payment debits: the session's amount (the items are only its breakdown).
     pub fn total(&self) -> i64 {
-        self.items.iter().map(Item::total).sum()
+        if self.amount > 0 {
+            self.amount
+        } else {
+            self.items.iter().map(Item::total).sum()
+        }
     }
 
     pub fn request(&self) -> CreatePayment {
@@ -61,6 +74,8 @@ impl Order {
             checkout_session_id: session.session_id.clone(),
             shop_name: session.shop.as_ref().map(|shop| shop.name.clone()),
             order_id: session.order_id.clone(),
+            amount: session.amount,
+            description: session.description.clone(),
             items: session
                 .items
                 .iter()
@@ -96,6 +111,64 @@ pub struct Checkout {
     /// never saw its key, it waits for a click instead of being sent on its own.
     #[serde(default)]
     pub recovering: bool,
+    /// What the session itself says, when that settles the purchase without this intent: paid
+    /// (by another shopper, or another tab's intent), or expired.
+    #[serde(default)]
+    pub session: SessionState,
+}
+
+/// The session as the server last told it, where it matters to the shopper.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Open (or not known otherwise): this intent decides.
+    #[default]
+    Open,
+    /// Paid, by this payment, though not by this intent.
+    Paid { payment_id: String, amount: i64 },
+    /// It can no longer be paid.
+    Expired,
+}
+
+/// What the page that embeds the widget is told, once per outcome: never a balance, a token or
+/// anything else of the shopper's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostEvent {
+    Paid(PaidDetail),
+    Declined(DeclinedDetail),
+}
+
+/// `checkout:paid`'s `detail`: which payment paid the session, and how much.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaidDetail {
+    pub payment_id: String,
+    pub amount: i64,
+    pub status: String,
+}
+
+/// `checkout:declined`'s `detail`: why, by the problem's stable code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclinedDetail {
+    pub code: ErrorCode,
+}
+
+impl HostEvent {
+    pub fn name(&self) -> &'static str {
+        match self {
+            HostEvent::Paid(_) => "checkout:paid",
+            HostEvent::Declined(_) => "checkout:declined",
+        }
+    }
+
+    /// Tells one outcome from another (a second decline after paying again is a new outcome).
+    pub fn identity(&self, key: &str) -> String {
+        match self {
+            HostEvent::Paid(paid) => format!("paid:{}", paid.payment_id),
+            HostEvent::Declined(declined) => {
+                format!("declined:{}:{key}", declined.code.as_str())
+            }
+        }
+    }
 }
 
 impl Checkout {
@@ -105,6 +178,8 @@ impl Checkout {
             checkout_session_id: String::new(),
             shop_name: None,
             order_id: String::new(),
+            amount: 0,
+            description: None,
             items: Vec::new(),
             currency: "RUB".into(),
         };
@@ -113,7 +188,116 @@ impl Checkout {
             refunds: Vec::new(),
             notice: None,
             recovering: false,
+            session: SessionState::Open,
         }
+    }
+
+    /// What the session says now (read on every mount and from other tabs). A session paid or
+    /// expired settles a purchase whose intent has nothing on its way; an intent that may have
+    /// been sent finds out itself (a resend is replayed, or refused as paid or expired).
+    pub fn observe_session(&mut self, session: &CheckoutSession) {
+        if session.session_id != self.payment.request.checkout_session_id {
+            return;
+        }
+        let ours = self.receipt().map(|r| r.payment_id.clone());
+        let unsent = matches!(
+            self.payment.phase,
+            Phase::Created
+                | Phase::Declined { .. }
+                | Phase::Failed {
+                    retryable: false,
+                    ..
+                }
+        );
+        self.session = match (session.status, &session.payment_id) {
+            (CheckoutSessionStatus::Paid, Some(paid)) if ours.as_ref() != Some(paid) && unsent => {
+                SessionState::Paid {
+                    payment_id: paid.clone(),
+                    amount: session.amount,
+                }
+            }
+            (CheckoutSessionStatus::Expired, _) if ours.is_none() && unsent => {
+                SessionState::Expired
+            }
+            _ => return,
+        };
+    }
+
+    /// The session was paid, not by this intent (its `409` named a payment this shopper cannot
+    /// see): the purchase is settled, and no money moved for this intent.
+    pub fn paid_by_another(&mut self, payment_id: &str) {
+        if self.receipt().is_some() {
+            return;
+        }
+        self.payment.phase = Phase::Failed {
+            message: messages::refusal(ErrorCode::SessionAlreadyPaid),
+            retryable: false,
+        };
+        self.session = SessionState::Paid {
+            payment_id: payment_id.to_owned(),
+            amount: self.payment.request.total(),
+        };
+    }
+
+    /// Another tab of this session (a tab opened on its own, with its own intent) paid it.
+    pub fn paid_in_another_tab(&mut self, theirs: &Checkout) {
+        if let Some(receipt) = theirs.receipt()
+            && self.receipt().is_none()
+            && !self.payment.is_in_flight()
+        {
+            self.session = SessionState::Paid {
+                payment_id: receipt.payment_id.clone(),
+                amount: receipt.amount,
+            };
+        }
+    }
+
+    /// Paying again after a decline, with the session still open: a new intent, so a new key
+    /// (the declined key's stored answer is its decline for good).
+    pub fn start_over(&mut self, seed: Seed, now_ms: i64) -> bool {
+        let declined = matches!(self.payment.phase, Phase::Declined { .. });
+        if !declined || self.session != SessionState::Open {
+            return false;
+        }
+        let order = self.payment.request.clone();
+        self.payment = Intent::new(new_key(seed.key), order, now_ms);
+        self.notice = None;
+        true
+    }
+
+    /// A decline the shopper may answer by paying again (the session is still open).
+    pub fn can_pay_again(&self) -> bool {
+        self.session == SessionState::Open
+            && matches!(
+                &self.payment.phase,
+                Phase::Declined { problem } if problem.code == ErrorCode::InsufficientFunds
+            )
+    }
+
+    /// How the purchase ended, as the embedding page hears it (if it has ended).
+    pub fn host_event(&self) -> Option<HostEvent> {
+        let paid = |payment_id: &str, amount: i64| {
+            Some(HostEvent::Paid(PaidDetail {
+                payment_id: payment_id.to_owned(),
+                amount,
+                status: "succeeded".into(),
+            }))
+        };
+        if let Some(receipt) = self.receipt() {
+            return paid(&receipt.payment_id, receipt.amount);
+        }
+        let declined = |code| Some(HostEvent::Declined(DeclinedDetail { code }));
+        match (&self.session, &self.payment.phase) {
+            (SessionState::Paid { payment_id, amount }, _) => paid(payment_id, *amount),
+            (SessionState::Expired, _) => declined(ErrorCode::SessionExpired),
+            (SessionState::Open, Phase::Declined { problem }) => declined(problem.code),
+            _ => None,
+        }
+    }
+
+    /// Whether the purchase has an outcome the shopper sees instead of the pay button.
+    pub fn is_settled(&self) -> bool {
+        !self.payment.is_pending() || self.session != SessionState::Open
     }
 
     /// Nothing sent yet, and no session: the shop's session is still to be fetched.
@@ -121,16 +305,17 @@ impl Checkout {
         !self.payment.request.is_fetched() && self.payment.phase == Phase::Created
     }
 
-    /// The shop's session is wanted: none yet, or the items of it were lost (an intent salvaged
-    /// from a write cut short keeps its session id, not always its items).
+    /// The shop's session is wanted: none yet, or what it shows was lost (an intent salvaged
+    /// from a write cut short keeps its session id, not always its amount and items; a state
+    /// saved before the amount was kept has none).
     pub fn wants_session(&self) -> bool {
         let order = &self.payment.request;
-        self.awaits_session() || (order.is_fetched() && order.items.is_empty())
+        self.awaits_session() || (order.is_fetched() && order.amount == 0)
     }
 
     /// The shop's session for this purchase. Taken whole while nothing has been sent (the key
     /// stays, the order becomes the session's); for an intent that has this session but lost
-    /// its items, only what is shown. `false` if nothing was taken.
+    /// what it shows, only that. `false` if nothing was taken.
     pub fn adopt_session(&mut self, session: &CheckoutSession) -> bool {
         let order = Order::of_session(session);
         if self.awaits_session() {
@@ -138,8 +323,10 @@ impl Checkout {
             return true;
         }
         let ours = &mut self.payment.request;
-        if ours.checkout_session_id == order.checkout_session_id && ours.items.is_empty() {
+        if ours.checkout_session_id == order.checkout_session_id && ours.amount == 0 {
             ours.items = order.items;
+            ours.amount = order.amount;
+            ours.description = order.description;
             ours.shop_name = order.shop_name;
             return true;
         }
@@ -243,7 +430,7 @@ pub fn restore(saved: Option<&str>, seed: Seed, now_ms: i64) -> Restored {
 /// truncated write): its key and its order, wherever they are. The intent's fate is then
 /// learned from the server before anything is offered again; nothing is sent without that.
 pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
-    let (key, order_id, items, session) = match json::parse(text) {
+    let (key, order_id, items, session, amount, description) = match json::parse(text) {
         Some(value) => {
             let intent = find_payment_intent(&value)?;
             let request = intent.field("request")?;
@@ -254,15 +441,19 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
                 request
                     .field("checkout_session_id")
                     .and_then(|id| id.as_text()),
+                request.field("amount").and_then(|a| a.decode::<i64>()),
+                request.field("description").and_then(|d| d.as_text()),
             )
         }
         // Not JSON (a write cut short): the payment intent comes first in the saved text, so its
-        // key and order are usually still there.
+        // key and order are usually still there (what it shows is fetched again).
         None => (
             text_field(text, "\"key\":\"")?,
             text_field(text, "\"order_id\":\"")?,
             None,
             text_field(text, "\"checkout_session_id\":\""),
+            None,
+            None,
         ),
     };
     checkout_shared::IdempotencyKey::parse(&key).ok()?;
@@ -271,6 +462,13 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
         checkout_session_id: session.unwrap_or_default(),
         shop_name: None,
         order_id,
+        // Without its items, what is shown is fetched again (see `wants_session`).
+        amount: if items.is_some() {
+            amount.unwrap_or(0)
+        } else {
+            0
+        },
+        description,
         items: items.unwrap_or_default(),
         currency: "RUB".into(),
     };
@@ -282,6 +480,7 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
         refunds: Vec::new(),
         notice: Some(messages::STATE_UNREADABLE.into()),
         recovering: true,
+        session: SessionState::Open,
     })
 }
 
@@ -358,7 +557,7 @@ fn retry_text(reason: RetryReason, attempt: u32, what: &str) -> String {
 mod tests {
     use super::*;
     use crate::intent::{Attempt, RetryPolicy};
-    use checkout_shared::{PaymentStatus, Problem};
+    use checkout_shared::{CheckoutSessionStatus, PaymentStatus, Problem};
     use serde_json::Value;
 
     fn seed(n: u8) -> Seed {
@@ -615,5 +814,127 @@ mod tests {
         paid(&mut checkout);
         let saved = write_saved(&checkout);
         assert_eq!(read_saved(&saved), Read::Current(checkout));
+    }
+
+    fn session_view(
+        checkout: &Checkout,
+        status: CheckoutSessionStatus,
+        paid_by: Option<&str>,
+    ) -> CheckoutSession {
+        let mut session = shop_session(
+            "ORD-SHOP",
+            &[("Кофе в зёрнах", 2, 15_000), ("Фильтры", 1, 15_000)],
+        );
+        session.session_id = checkout.payment.request.checkout_session_id.clone();
+        session.status = status;
+        session.payment_id = paid_by.map(str::to_owned);
+        session
+    }
+
+    #[test]
+    fn what_is_paid_and_shown_is_the_sessions_amount_not_the_items_sum() {
+        let mut checkout = Checkout::new(seed(1), 0);
+        let mut session = shop_session("ORD-BARE", &[]);
+        session.amount = 500_000;
+        session.description = Some("Подписка на год".into());
+        assert!(checkout.adopt_session(&session));
+        assert_eq!(checkout.payment.request.total(), 500_000);
+        assert_eq!(
+            checkout.payment.request.description.as_deref(),
+            Some("Подписка на год")
+        );
+        assert!(!checkout.wants_session(), "nothing more to fetch");
+    }
+
+    #[test]
+    fn a_session_paid_by_someone_else_is_paid_never_declined() {
+        let mut checkout = with_session(1);
+        checkout.observe_session(&session_view(
+            &checkout,
+            CheckoutSessionStatus::Paid,
+            Some("pay_other"),
+        ));
+        assert!(checkout.is_settled());
+        assert_eq!(
+            checkout.host_event(),
+            Some(HostEvent::Paid(PaidDetail {
+                payment_id: "pay_other".into(),
+                amount: 45_000,
+                status: "succeeded".into()
+            }))
+        );
+
+        // Paid while our intent was on its way: the intent finds out itself (the session is
+        // not taken as paid by another until its payment is seen not to be ours).
+        let mut sending = with_session(2);
+        sending.payment.start_attempt();
+        sending.observe_session(&session_view(
+            &sending,
+            CheckoutSessionStatus::Paid,
+            Some("pay_x"),
+        ));
+        assert_eq!(sending.session, SessionState::Open);
+        assert!(!sending.is_settled());
+        sending.paid_by_another("pay_x");
+        assert!(sending.is_settled());
+        assert!(matches!(sending.host_event(), Some(HostEvent::Paid(_))));
+        assert!(
+            !matches!(sending.payment.phase, Phase::Declined { .. }),
+            "never a decline"
+        );
+
+        let mut lapsed = with_session(3);
+        lapsed.observe_session(&session_view(&lapsed, CheckoutSessionStatus::Expired, None));
+        assert_eq!(lapsed.session, SessionState::Expired);
+        assert_eq!(
+            lapsed.host_event(),
+            Some(HostEvent::Declined(DeclinedDetail {
+                code: ErrorCode::SessionExpired
+            }))
+        );
+    }
+
+    #[test]
+    fn after_a_decline_paying_again_is_a_new_intent_with_a_new_key() {
+        let mut checkout = with_session(4);
+        assert!(!checkout.start_over(seed(9), 1), "nothing to start over");
+        checkout.payment.start_attempt();
+        let mut decline = Problem::new(402, ErrorCode::InsufficientFunds, "d");
+        decline.balance = Some(100);
+        checkout.payment.finish_attempt(
+            &Attempt::answered(402, serde_json::to_string(&decline).unwrap()),
+            &RetryPolicy::WIDGET,
+            0.0,
+            0,
+        );
+        assert!(checkout.can_pay_again());
+        let declined_key = checkout.payment.key.clone();
+        let Some(HostEvent::Declined(detail)) = checkout.host_event() else {
+            panic!("declined")
+        };
+        assert_eq!(
+            serde_json::to_value(&detail).unwrap(),
+            serde_json::json!({"code": "insufficient_funds"}),
+            "the page hears the code, never the shopper's balance"
+        );
+        assert!(checkout.start_over(seed(9), 1));
+        assert_ne!(checkout.payment.key, declined_key, "a new key");
+        assert_eq!(checkout.payment.phase, Phase::Created);
+        assert_eq!(checkout.payment.request.total(), 45_000, "the same order");
+        assert_eq!(checkout.host_event(), None);
+    }
+
+    #[test]
+    fn the_page_hears_a_payment_without_the_shoppers_balance() {
+        let mut checkout = with_session(6);
+        paid(&mut checkout);
+        let Some(HostEvent::Paid(detail)) = checkout.host_event() else {
+            panic!("paid")
+        };
+        let detail = serde_json::to_value(&detail).unwrap();
+        assert_eq!(
+            detail,
+            serde_json::json!({"payment_id": "pay_1", "amount": 45_000, "status": "succeeded"})
+        );
     }
 }

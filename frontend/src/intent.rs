@@ -121,6 +121,9 @@ pub enum Verdict<Receipt> {
     },
     Unauthorized,
     Refused(String),
+    /// A `2xx` this build cannot read (a proxy's page, a shape it does not know): the request
+    /// did take effect, but what it made is unknown; the server is asked.
+    Unreadable,
 }
 
 /// Which answers retry and which never do.
@@ -144,7 +147,7 @@ pub fn judge<Receipt: DeserializeOwned>(attempt: &Attempt) -> Verdict<Receipt> {
     match status {
         200..=299 => match crate::json::from_str(body) {
             Some(receipt) => Verdict::Success(receipt),
-            None => Verdict::Refused(messages::UNREADABLE_ANSWER.into()),
+            None => Verdict::Unreadable,
         },
         401 => Verdict::Unauthorized,
         409 if code == Some(ErrorCode::IdempotencyKeyInUse) => Verdict::Retry {
@@ -462,6 +465,10 @@ impl<Request, Receipt: DeserializeOwned> Intent<Request, Receipt> {
                 retryable: false,
             },
             Verdict::Retry { reason, .. } => Phase::Retrying { attempt: 0, reason },
+            // Asked of the key first; if even its stored answer cannot be read, the outcome
+            // is found by what the request made (the session's payment).
+            Verdict::Unreadable if matches!(self.phase, Phase::LookingUp) => Phase::Reconciling,
+            Verdict::Unreadable => Phase::LookingUp,
         };
     }
 
@@ -948,5 +955,58 @@ mod tests {
         assert_eq!(parsed.get_version_num(), 4);
         assert_ne!(new_key([7; 16]), new_key([8; 16]));
         assert!(checkout_shared::IdempotencyKey::parse(&key).is_ok());
+    }
+
+    #[test]
+    fn an_unreadable_success_is_looked_up_never_shown_as_a_failure() {
+        let mut intent = PaymentIntent::new("key-u".into(), "order".into(), 0);
+        intent.start_attempt();
+        let proxy_page = "<html><body>502 Bad Gateway</body></html>".to_owned();
+        assert_eq!(
+            intent.finish_attempt(&answer(200, proxy_page.clone()), &POLICY, 0.0, 0),
+            None
+        );
+        assert_eq!(
+            intent.phase,
+            Phase::LookingUp,
+            "the money may have moved: ask the key"
+        );
+        assert!(intent.is_in_flight() && intent.is_pending());
+        // The key's stored answer is the real receipt.
+        let stored = serde_json::to_string(&receipt()).unwrap();
+        intent.finish_lookup(
+            Lookup::Done {
+                status: 201,
+                body: stored,
+            },
+            WhenForgotten::Resend,
+        );
+        assert!(matches!(intent.phase, Phase::Succeeded { .. }));
+
+        // Even the stored answer unreadable: found out from what the request made.
+        let mut again = PaymentIntent::new("key-v".into(), "order".into(), 0);
+        again.start_attempt();
+        again.finish_attempt(&answer(201, proxy_page.clone()), &POLICY, 0.0, 0);
+        let next = again.finish_lookup(
+            Lookup::Done {
+                status: 201,
+                body: proxy_page,
+            },
+            WhenForgotten::Resend,
+        );
+        assert_eq!(again.phase, Phase::Reconciling);
+        assert_eq!(next, Resume::Reconcile);
+        // A status this build does not know is read, not refused.
+        let newer = serde_json::to_string(&receipt())
+            .unwrap()
+            .replace("succeeded", "settled_later");
+        let mut tolerant = PaymentIntent::new("key-w".into(), "order".into(), 0);
+        tolerant.start_attempt();
+        tolerant.finish_attempt(&answer(201, newer), &POLICY, 0.0, 0);
+        assert!(
+            matches!(tolerant.phase, Phase::Succeeded { .. }),
+            "{:?}",
+            tolerant.phase
+        );
     }
 }

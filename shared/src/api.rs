@@ -50,6 +50,10 @@ pub enum CheckoutSessionStatus {
     Open,
     Paid,
     Expired,
+    /// Never sent by this server: a client reads a status it does not know (a newer
+    /// server's) as this, rather than refuse the whole answer.
+    #[serde(other)]
+    Unknown,
 }
 
 /// A checkout session: the shop's answer to its `POST`, and (with the shop's name) the public
@@ -109,6 +113,10 @@ pub struct CreateRefund {
 #[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
     Succeeded,
+    /// Never sent by this server: a client reads a status it does not know (a newer
+    /// server's) as this, rather than refuse the whole answer.
+    #[serde(other)]
+    Unknown,
 }
 
 /// A succeeded payment, as answered by `POST /api/payments` (`201`) and replayed byte for byte.

@@ -107,9 +107,17 @@ impl Checkout {
             &[],
         )
         .await;
+        // The checkout sends the shop its events unless the scenario says it must not (the
+        // setting given empty): then they wait in its outbox.
         let webhook_url = format!("{}/webhooks/checkout", shop.base);
-        let mut env = env.to_vec();
-        env.push(("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url));
+        let mut env: Vec<(&str, &str)> = env.to_vec();
+        if !env
+            .iter()
+            .any(|(k, _)| *k == "CHECKOUT_DEMO_SHOP_WEBHOOK_URL")
+        {
+            env.push(("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url));
+        }
+        env.retain(|(k, v)| !(*k == "CHECKOUT_DEMO_SHOP_WEBHOOK_URL" && v.is_empty()));
         let server =
             start_server(&db, faults, Some(&checkout_port), &env, credentials.path()).await;
         let port = checkout_testkit::postgres::free_port();
@@ -334,6 +342,16 @@ impl Checkout {
         .await;
     }
 
+    /// Clicks once, a moment after this command has returned: for a form whose submission
+    /// navigates, which chromedriver would otherwise wait out (the whole answer) before
+    /// returning, had the navigation begun within the command.
+    pub async fn click_soon(&self, css: &str) {
+        self.js(&format!(
+            "setTimeout(() => document.querySelector({css:?}).click(), 300);"
+        ))
+        .await;
+    }
+
     /// Sets an input's value as typing would, so that the widget's `input` handler sees it.
     pub async fn type_into(&self, css: &str, text: &str) {
         self.js(&format!(
@@ -518,17 +536,35 @@ impl Checkout {
     }
 
     pub async fn restart_server_on_same_port(&mut self) {
+        self.restart_server(true).await;
+    }
+
+    /// The checkout again, on the same port and database, without faults; `webhooks`: whether
+    /// it knows where the demo shop receives its events (without, they wait in its outbox).
+    pub async fn restart_server(&mut self, webhooks: bool) {
         self.server.kill();
         let port = self.server.base.rsplit(':').next().unwrap().to_owned();
         let webhook_url = format!("{}/webhooks/checkout", self.shop.base);
-        self.server = start_server(
-            &self.db,
-            "",
-            Some(&port),
-            &[("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url)],
-            self.credentials.path(),
-        )
-        .await;
+        let env: Vec<(&str, &str)> = if webhooks {
+            vec![("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url)]
+        } else {
+            vec![]
+        };
+        self.server = start_server(&self.db, "", Some(&port), &env, self.credentials.path()).await;
+    }
+
+    /// The back office, signed in as the shop's staff (signing in first if asked to).
+    pub async fn back_office(&self) {
+        self.browser
+            .goto(&format!("{}/admin", self.shop.base))
+            .await
+            .unwrap();
+        if self.url().await.ends_with("/admin/login") {
+            self.type_into("input[name=password]", checkout_testkit::STAFF_PASSWORD)
+                .await;
+            self.click("form.login button", 1).await;
+        }
+        self.wait_for("form.logout").await;
     }
 }
 
