@@ -34,10 +34,10 @@ async function confirmOrder(order) {
 }
 
 document.addEventListener("checkout:paid", (event) => {
-  shop.events.push({ name: "checkout:paid", payment_id: event.detail?.payment_id });
+  shop.events.push({ name: "checkout:paid", payment_id: event.detail?.payment_id, detail: event.detail });
   confirmOrder(event.target.dataset.order);
 });
 document.addEventListener("checkout:declined", (event) => {
-  shop.events.push({ name: "checkout:declined", code: event.detail?.code });
+  shop.events.push({ name: "checkout:declined", code: event.detail?.code, detail: event.detail });
   show("Оплата не прошла", "declined");
 });

@@ -1,6 +1,8 @@
-//! What the shop's staff see: every order with its payment state, a refund form per paid order
-//! (each rendering carries a fresh idempotency key: a double click refunds once), and the refund
-//! requests with what the checkout answered.
+//! What the shop's staff see, once signed in (see [`crate::staff`]): every order with its
+//! payment state, a refund form per paid order (each rendering carries a fresh idempotency key: a
+//! double click refunds once), and the refund requests with what the checkout answered. A
+//! refund whose answer never came keeps its key: «Повторить» resends it, and no new refund of
+//! that order is taken until it is settled (by that answer, or by the checkout's event).
 
 use std::collections::HashMap;
 
@@ -12,21 +14,33 @@ use maud::{Markup, html};
 
 use crate::error::ShopError;
 use crate::pages::{Section, layout, rub, when};
-use crate::store::{Order, OrderState, RefundState};
+use crate::staff::Staff;
+use crate::store::{Order, OrderState, RefundRequest, RefundState};
 use crate::storefront::state_name;
 use crate::{Shop, orders};
 
 const SHOWN: i64 = 100;
 
 /// `GET /admin`.
-pub async fn page(State(shop): State<Shop>) -> Result<Markup, ShopError> {
+pub async fn page(State(shop): State<Shop>, staff: Staff) -> Result<Markup, ShopError> {
     let orders = shop.store.orders(SHOWN).await?;
     let refunds = shop.store.refunds(SHOWN).await?;
+    let pending: HashMap<String, RefundRequest> = shop
+        .store
+        .pending_refunds()
+        .await?
+        .into_iter()
+        .map(|refund| (refund.order_id.clone(), refund))
+        .collect();
     let inbox = shop.store.inbox_entries(SHOWN).await?;
     Ok(layout(
         "Бэк-офис",
         Section::BackOffice,
         html! {
+            form.logout method="post" action="/admin/logout" {
+                input type="hidden" name="csrf" value=(staff.csrf);
+                button.secondary type="submit" { "Выйти" }
+            }
             section.panel.wide {
                 h1 { "Заказы" }
                 @if orders.is_empty() {
@@ -38,7 +52,7 @@ pub async fn page(State(shop): State<Shop>) -> Result<Markup, ShopError> {
                             th.num { "Возвращено" } th.num { "Бонус" } th { "Действие" }
                         } }
                         tbody {
-                            @for order in &orders { (order_row(order)) }
+                            @for order in &orders { (order_row(order, pending.get(&order.id), &staff)) }
                         }
                     }
                 }
@@ -86,7 +100,10 @@ pub async fn page(State(shop): State<Shop>) -> Result<Markup, ShopError> {
                                     td { (refund.order_id) }
                                     td.num { (rub(refund.amount)) }
                                     td { @match refund.state {
-                                        RefundState::Pending => span.pending { "Ждёт ответа кассы" },
+                                        RefundState::Pending => {
+                                            span.pending { "Ждёт ответа кассы" }
+                                            " " (retry_form(refund, &staff))
+                                        },
                                         RefundState::Succeeded => span.ok { "Выполнен" },
                                         RefundState::Failed => span.bad { "Отказ: " (refund.failure.as_deref().unwrap_or("")) },
                                     } }
@@ -101,7 +118,20 @@ pub async fn page(State(shop): State<Shop>) -> Result<Markup, ShopError> {
     ))
 }
 
-fn order_row(order: &Order) -> Markup {
+/// «Повторить»: the waiting refund sent again with its own key (the checkout refunds once,
+/// however often it is sent).
+fn retry_form(refund: &RefundRequest, staff: &Staff) -> Markup {
+    html! {
+        form.retry-refund-form method="post" action=(format!("/admin/orders/{}/refunds", refund.order_id)) {
+            input type="hidden" name="csrf" value=(staff.csrf);
+            input type="hidden" name="key" value=(refund.idempotency_key);
+            input type="hidden" name="amount" value=(rub(refund.amount).trim_end_matches(" ₽").trim_end_matches("\u{a0}₽"));
+            button.retry-refund type="submit" { "Повторить" }
+        }
+    }
+}
+
+fn order_row(order: &Order, pending: Option<&RefundRequest>, staff: &Staff) -> Markup {
     let left = order.amount - order.refunded;
     html! {
         tr.order id=(order.id) data-state=(state_name(order)) {
@@ -125,8 +155,15 @@ fn order_row(order: &Order) -> Markup {
             td.num.bonus { @match order.bonus { Some(points) => { (points) " б." }, None => "—" } }
             td {
                 @match order.state {
+                    OrderState::Paid if pending.is_some() => {
+                        @if let Some(refund) = pending {
+                            span.pending.refund-pending { "Возврат " (rub(refund.amount)) " ждёт ответа кассы" }
+                            (retry_form(refund, staff))
+                        }
+                    },
                     OrderState::Paid if left > 0 => {
                         form.refund-form method="post" action=(format!("/admin/orders/{}/refunds", order.id)) {
+                            input type="hidden" name="csrf" value=(staff.csrf);
                             // A new key for each rendering of the form; every submission of
                             // this one (a double click, a resend) carries the same.
                             input type="hidden" name="key" value=(uuid::Uuid::new_v4());
@@ -142,6 +179,7 @@ fn order_row(order: &Order) -> Markup {
                     OrderState::Expired => span.muted { "—" },
                     OrderState::AwaitingPayment => {
                         form method="post" action=(format!("/admin/orders/{}/confirm", order.id)) {
+                            input type="hidden" name="csrf" value=(staff.csrf);
                             button.secondary type="submit" { "Проверить оплату" }
                         }
                     },
@@ -163,9 +201,11 @@ fn event_name(event_type: &str) -> &str {
 /// `POST /admin/orders/{id}/refunds` (`amount` in roubles, `key`): refunds once per key.
 pub async fn refund(
     State(shop): State<Shop>,
+    staff: Staff,
     Path(order_id): Path<String>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Redirect, ShopError> {
+    staff.check(&form)?;
     let amount = form
         .get("amount")
         .and_then(|a| parse_rub(a))
@@ -179,8 +219,11 @@ pub async fn refund(
 /// shopper who closed the tab before the page could tell the shop).
 pub async fn confirm(
     State(shop): State<Shop>,
+    staff: Staff,
     Path(order_id): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
 ) -> Result<Redirect, ShopError> {
+    staff.check(&form)?;
     let order = orders::get(&shop, &order_id).await?;
     orders::confirm(&shop, order).await?;
     Ok(Redirect::to("/admin"))

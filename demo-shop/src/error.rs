@@ -17,6 +17,9 @@ pub enum ShopError {
     BadInput(String),
     #[error("{0}")]
     Conflict(String),
+    /// Not allowed from here (not signed in, a forged form, another site's request).
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Checkout(#[from] CallError),
     /// The checkout's answer contradicts the order: never marked paid on it.
@@ -32,6 +35,7 @@ impl ShopError {
             ShopError::NotFound => StatusCode::NOT_FOUND,
             ShopError::BadInput(_) => StatusCode::BAD_REQUEST,
             ShopError::Conflict(_) => StatusCode::CONFLICT,
+            ShopError::Forbidden(_) => StatusCode::FORBIDDEN,
             ShopError::Checkout(CallError::Refused(_)) => StatusCode::CONFLICT,
             ShopError::Checkout(CallError::Unavailable(_)) => StatusCode::BAD_GATEWAY,
             ShopError::Mismatch(_) | ShopError::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -42,7 +46,9 @@ impl ShopError {
     pub fn message(&self) -> String {
         match self {
             ShopError::NotFound => "Такой страницы нет".into(),
-            ShopError::BadInput(text) | ShopError::Conflict(text) => text.clone(),
+            ShopError::BadInput(text) | ShopError::Conflict(text) | ShopError::Forbidden(text) => {
+                text.clone()
+            }
             ShopError::Checkout(CallError::Refused(problem)) => {
                 format!("Платёжный сервис отказал: {}", problem.code.as_str())
             }

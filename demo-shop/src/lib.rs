@@ -15,6 +15,7 @@ pub mod checkout_api;
 pub mod error;
 pub mod orders;
 pub mod pages;
+pub mod staff;
 pub mod store;
 pub mod storefront;
 pub mod webhooks;
@@ -66,6 +67,10 @@ pub struct Config {
     /// served; off unless set.
     #[arg(long, env = "SHOP_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// The staff's password for the back office, as its Argon2id hash (PHC string, from
+    /// `demo-shop hash-password`). Unset: the back office is closed.
+    #[arg(long, env = "SHOP_STAFF_PASSWORD_HASH", hide_env_values = true)]
+    pub staff_password_hash: Option<String>,
 }
 
 /// What every handler can reach.
@@ -75,6 +80,8 @@ pub struct Shop {
     pub checkout: Arc<CheckoutApi>,
     /// The protocol the inbox runs each event through (its keys: the webhook ids).
     pub inbox_protocol: checkout_idempotency::Protocol,
+    /// The staff password's Argon2id hash; `None`: the back office is closed.
+    pub staff_password_hash: Option<String>,
 }
 
 /// How long the inbox remembers an event: far beyond the checkout's retry schedule (a day).
@@ -93,6 +100,8 @@ pub fn router(shop: Shop) -> Router {
         )
         .route("/orders/{order_id}/confirm", post(storefront::confirm))
         .route("/admin", get(back_office::page))
+        .route("/admin/login", get(staff::login_page).post(staff::login))
+        .route("/admin/logout", post(staff::logout))
         .route(
             "/admin/orders/{order_id}/refunds",
             post(back_office::refund),
@@ -106,6 +115,7 @@ pub fn router(shop: Shop) -> Router {
         .route("/assets/shop.css", get(shop_css))
         .fallback(|| async { error::ShopError::NotFound })
         .with_state(shop)
+        .layer(axum::middleware::from_fn(staff::same_origin_posts_only))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
@@ -149,6 +159,7 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         store,
         checkout: Arc::new(checkout),
         inbox_protocol: checkout_idempotency::Protocol::new(INBOX_RETENTION),
+        staff_password_hash: config.staff_password_hash.clone(),
     };
     if let Some(addr) = config.metrics_addr {
         serve_metrics(addr).await?;
@@ -211,6 +222,10 @@ pub fn main() -> ExitCode {
 
 /// The same program, its router wrapped (a test build's faults).
 pub fn main_with(wrap: Option<Wrap>) -> ExitCode {
+    // The one command besides serving: `demo-shop hash-password` (the password on stdin).
+    if std::env::args().nth(1).as_deref() == Some("hash-password") {
+        return staff::hash_password_command();
+    }
     let config = match Config::try_parse() {
         Ok(config) => config,
         Err(error) if !error.use_stderr() => error.exit(),

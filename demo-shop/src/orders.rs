@@ -138,7 +138,13 @@ pub async fn refund(
     let request = shop
         .store
         .claim_refund(key, order_id, amount, now_ms())
-        .await?;
+        .await?
+        .ok_or_else(|| {
+            ShopError::Conflict(
+                "По этому заказу уже есть возврат без ответа кассы: сначала нажмите «Повторить» у него"
+                    .into(),
+            )
+        })?;
     if request.order_id != order_id || request.amount != amount {
         return Err(ShopError::Conflict(
             "Эта форма уже отправлена с другой суммой: обновите страницу".into(),
@@ -161,8 +167,8 @@ pub async fn refund(
     }
     shop.store
         .claim_refund(key, order_id, amount, now_ms())
-        .await
-        .map_err(Into::into)
+        .await?
+        .ok_or(ShopError::NotFound)
 }
 
 /// Why the checkout refused a refund, for the shop's staff.

@@ -244,17 +244,22 @@ impl Store {
     }
 
     /// The refund asked for under `key`: recorded on its first submission, found on any other
-    /// (then with the amount and order it was first asked with).
+    /// (then with the amount and order it was first asked with). `None`: a new key for an order
+    /// whose earlier refund still waits for the checkout's answer (that one is settled first,
+    /// with its own key, never replaced by a second refund).
     pub async fn claim_refund(
         &self,
         key: &str,
         order_id: &str,
         amount: i64,
         now_ms: i64,
-    ) -> Result<RefundRequest, sqlx::Error> {
+    ) -> Result<Option<RefundRequest>, sqlx::Error> {
         sqlx::query(
             "INSERT INTO refunds (idempotency_key, order_id, amount, created_at)
-             VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING",
+             SELECT $1, $2, $3, $4
+              WHERE NOT EXISTS (SELECT 1 FROM refunds
+                                 WHERE order_id = $2 AND state = 'pending' AND idempotency_key <> $1)
+             ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .bind(key)
         .bind(order_id)
@@ -262,13 +267,72 @@ impl Store {
         .bind(now_ms)
         .execute(&self.pool)
         .await?;
-        let row: RefundRow = sqlx::query_as(&format!(
+        let row: Option<RefundRow> = sqlx::query_as(&format!(
             "SELECT {REFUND_COLUMNS} FROM refunds WHERE idempotency_key = $1"
         ))
         .bind(key)
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        Ok(row.into())
+        Ok(row.map(Into::into))
+    }
+
+    /// Refunds that still wait for the checkout's answer, by order (at most one each).
+    pub async fn pending_refunds(&self) -> Result<Vec<RefundRequest>, sqlx::Error> {
+        let rows: Vec<RefundRow> = sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM refunds WHERE state = 'pending' ORDER BY created_at"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(RefundRequest::from).collect())
+    }
+
+    // -- staff sign-ins ------------------------------------------------------------------------
+
+    /// The CSRF token of a live sign-in with this token hash.
+    pub async fn staff_session(
+        &self,
+        token_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<String>, sqlx::Error> {
+        sqlx::query_scalar(
+            "SELECT csrf FROM staff_sessions WHERE token_hash = $1 AND expires_at > $2",
+        )
+        .bind(token_hash)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    pub async fn open_staff_session(
+        &self,
+        token_hash: &str,
+        csrf: &str,
+        now_ms: i64,
+        expires_at: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM staff_sessions WHERE expires_at <= $1")
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query(
+            "INSERT INTO staff_sessions (token_hash, csrf, created_at, expires_at)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(token_hash)
+        .bind(csrf)
+        .bind(now_ms)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn close_staff_session(&self, token_hash: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM staff_sessions WHERE token_hash = $1")
+            .bind(token_hash)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn refund_succeeded(&self, key: &str, refund_id: &str) -> Result<(), sqlx::Error> {
@@ -542,6 +606,29 @@ impl InboxTx {
     }
 
     /// What was refunded of the order, as the checkout's event says (it only grows).
+    /// The checkout says it made a refund of `amount` for the order: a refund request of this
+    /// amount still waiting for its answer (the answer was lost) is that one, settled now.
+    pub async fn settle_pending_refund(
+        &mut self,
+        order_id: &str,
+        amount: i64,
+        refund_id: &str,
+    ) -> Result<bool, InboxError> {
+        let done = sqlx::query(
+            "UPDATE refunds SET state = 'succeeded', refund_id = $1, failure = NULL
+             WHERE idempotency_key = (SELECT idempotency_key FROM refunds
+                                       WHERE order_id = $2 AND amount = $3 AND state = 'pending'
+                                       ORDER BY created_at LIMIT 1)
+               AND NOT EXISTS (SELECT 1 FROM refunds WHERE refund_id = $1)",
+        )
+        .bind(refund_id)
+        .bind(order_id)
+        .bind(amount)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     pub async fn order_refunded(
         &mut self,
         order_id: &str,

@@ -161,7 +161,15 @@ impl Operation<InboxTx> for ApplyEvent {
                 let refunded = data["refunded_total"].as_i64().unwrap_or(0);
                 tx.order_refunded(&order_id, refunded).await?;
                 tx.set_bonus(&order_id, ROUBLES_PER_POINT, now).await?;
-                "refund recorded"
+                let amount = data["amount"].as_i64().unwrap_or(-1);
+                if tx
+                    .settle_pending_refund(&order_id, amount, &text("refund_id"))
+                    .await?
+                {
+                    "refund recorded; the refund waiting for its answer settled"
+                } else {
+                    "refund recorded"
+                }
             }
             // The order can no longer be paid; the shopper orders again (a new order, a new
             // session).

@@ -570,6 +570,7 @@ impl DemoShop {
             )
             .env("CHECKOUT_URL", format!("{checkout_base}/"))
             .env("SHOP_CREDENTIALS_FILE", credentials_file)
+            .env("SHOP_STAFF_PASSWORD_HASH", STAFF_PASSWORD_HASH)
             .env("RUST_LOG", "info,sqlx=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -588,6 +589,23 @@ impl DemoShop {
             checkout_base: checkout_base.to_owned(),
             credentials_file: credentials_file.to_owned(),
         }
+    }
+
+    /// Signs in to the back office as its staff (as a server-side client, which sends no
+    /// `Origin`): the `Cookie` header value to send with later requests.
+    pub async fn staff_cookie(&self) -> String {
+        let answer = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+            .post(format!("{}/admin/login", self.base))
+            .form(&[("password", STAFF_PASSWORD)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "signed in");
+        let set = answer.headers()["set-cookie"].to_str().unwrap();
+        set.split(';').next().unwrap().to_owned()
     }
 
     /// A number the shop's own database answers (`SELECT COUNT(*) …`).
@@ -924,6 +942,29 @@ pub fn new_key() -> String {
 }
 
 pub const OPENING_BALANCE: i64 = 100_000;
+
+/// The demo shop's staff password in tests, and its Argon2id hash (`demo-shop hash-password`),
+/// which every test shop is given.
+pub const STAFF_PASSWORD: &str = "staff-test-password";
+pub const STAFF_PASSWORD_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$RAyOPSB08H6i/EG2djIkLw$AAg4/XSIzgnwM2y8dn8sL9wroyr+Pory63sQP82RflI";
+
+/// Serves one HTML page at `/` on a free loopback port (a page of some other site, for a
+/// test's browser): its base URL.
+pub async fn serve_page(html: String) -> String {
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let html = html.clone();
+            async move { axum::response::Html(html) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    base
+}
 
 /// Sends raw bytes and reads the answer until the server closes: for requests a well-behaved
 /// client library will not make (a body announced but never sent).

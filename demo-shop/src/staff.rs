@@ -1,0 +1,283 @@
+//! Who may use the back office, and from where. The staff sign in with the one operator
+//! password of the shop's settings (`SHOP_STAFF_PASSWORD_HASH`, an Argon2id hash made by
+//! `demo-shop hash-password`; the password itself is never stored). A sign-in is a random token
+//! in an HttpOnly, `SameSite=Strict` cookie, kept in the database only as its SHA-256, with a
+//! CSRF token that every back office form carries. And no `POST` from another site is taken at
+//! all: the browser says where a request came from (`Sec-Fetch-Site`, `Origin`).
+
+use std::collections::HashMap;
+
+use argon2::Argon2;
+use argon2::password_hash::rand_core::{OsRng, RngCore};
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use axum::Form;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use sha2::{Digest, Sha256};
+
+use crate::error::ShopError;
+use crate::pages::{Section, layout};
+use crate::{Shop, now_ms};
+
+/// The cookie that carries a staff sign-in.
+pub const COOKIE: &str = "staff";
+/// How long a sign-in lasts.
+const SIGN_IN_TTL_MS: i64 = 12 * 3600 * 1000;
+
+/// The password's hash, made with Argon2id and OWASP's parameters (19 MiB, 2 passes, 1 lane:
+/// the `argon2` crate's defaults), as a PHC string.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// `demo-shop hash-password`: reads the password (one line) from stdin, prints its hash.
+pub fn hash_password_command() -> std::process::ExitCode {
+    let mut password = String::new();
+    if std::io::stdin().read_line(&mut password).is_err() {
+        eprintln!("demo-shop: cannot read the password from stdin");
+        return std::process::ExitCode::FAILURE;
+    }
+    let password = password.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        eprintln!("demo-shop: the password is empty");
+        return std::process::ExitCode::FAILURE;
+    }
+    match hash_password(password) {
+        Ok(hash) => {
+            println!("{hash}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("demo-shop: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks the password against the configured hash, off the async threads (Argon2 is slow on
+/// purpose).
+async fn password_matches(hash: Option<String>, password: String) -> bool {
+    let Some(hash) = hash else { return false };
+    tokio::task::spawn_blocking(move || {
+        PasswordHash::new(&hash)
+            .map(|parsed| {
+                Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok()
+            })
+            .unwrap_or(false)
+    })
+    .await
+    .unwrap_or(false)
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn token_hash(token: &str) -> String {
+    format!("{:x}", Sha256::digest(token.as_bytes()))
+}
+
+/// A signed-in member of staff, with the CSRF token their forms carry.
+#[derive(Clone, Debug)]
+pub struct Staff {
+    pub csrf: String,
+    token_hash: String,
+}
+
+impl Staff {
+    /// The form's `csrf` is this sign-in's: a form from this back office, not a forged one.
+    // The shop's one error type, as every handler returns it; its size is the checkout's
+    // problem it may carry.
+    #[allow(clippy::result_large_err)]
+    pub fn check(&self, form: &HashMap<String, String>) -> Result<(), ShopError> {
+        let sent = form.get("csrf").map(String::as_str).unwrap_or("");
+        let same = sent.len() == self.csrf.len()
+            && sent
+                .bytes()
+                .zip(self.csrf.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same {
+            Ok(())
+        } else {
+            Err(ShopError::Forbidden(
+                "Форма устарела или пришла не из бэк-офиса: обновите страницу".into(),
+            ))
+        }
+    }
+}
+
+/// Not signed in: a page asks for the password (a form's `POST` is refused outright).
+pub struct SignInFirst(Method);
+
+impl IntoResponse for SignInFirst {
+    fn into_response(self) -> Response {
+        if self.0 == Method::GET {
+            Redirect::to("/admin/login").into_response()
+        } else {
+            ShopError::Forbidden("Войдите в бэк-офис, чтобы сделать это".into()).into_response()
+        }
+    }
+}
+
+impl FromRequestParts<Shop> for Staff {
+    type Rejection = SignInFirst;
+
+    async fn from_request_parts(parts: &mut Parts, shop: &Shop) -> Result<Staff, SignInFirst> {
+        let refuse = || SignInFirst(parts.method.clone());
+        let token = cookie(&parts.headers, COOKIE).ok_or_else(refuse)?;
+        let token_hash = token_hash(&token);
+        match shop.store.staff_session(&token_hash, now_ms()).await {
+            Ok(Some(csrf)) => Ok(Staff { csrf, token_hash }),
+            _ => Err(refuse()),
+        }
+    }
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.to_owned())
+        .filter(|value| !value.is_empty())
+}
+
+/// `GET /admin/login`.
+pub async fn login_page(State(shop): State<Shop>) -> Markup {
+    sign_in_page(shop.staff_password_hash.is_some(), None)
+}
+
+fn sign_in_page(open: bool, error: Option<&str>) -> Markup {
+    layout(
+        "Вход в бэк-офис",
+        Section::BackOffice,
+        html! {
+            section.panel {
+                h1 { "Вход в бэк-офис" }
+                @if !open {
+                    p.error role="alert" {
+                        "Бэк-офис закрыт: пароль персонала не задан (SHOP_STAFF_PASSWORD_HASH; его делает "
+                        code { "demo-shop hash-password" } ")."
+                    }
+                } @else {
+                    @if let Some(error) = error { p.error role="alert" { (error) } }
+                    form.login method="post" action="/admin/login" {
+                        label {
+                            "Пароль персонала "
+                            input type="password" name="password" autocomplete="current-password" required autofocus;
+                        }
+                        button.primary type="submit" { "Войти" }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// `POST /admin/login`: the password, then a sign-in cookie.
+pub async fn login(
+    State(shop): State<Shop>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, ShopError> {
+    let password = form.get("password").cloned().unwrap_or_default();
+    if !password_matches(shop.staff_password_hash.clone(), password).await {
+        tracing::warn!("a wrong staff password");
+        let page = sign_in_page(shop.staff_password_hash.is_some(), Some("Неверный пароль"));
+        return Ok((StatusCode::UNAUTHORIZED, page).into_response());
+    }
+    let (token, csrf) = (random_token(), random_token());
+    let now = now_ms();
+    shop.store
+        .open_staff_session(&token_hash(&token), &csrf, now, now + SIGN_IN_TTL_MS)
+        .await?;
+    let cookie = format!(
+        "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SIGN_IN_TTL_MS / 1000
+    );
+    let mut response = Redirect::to("/admin").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).expect("a cookie is ASCII"),
+    );
+    Ok(response)
+}
+
+/// `POST /admin/logout`.
+pub async fn logout(
+    State(shop): State<Shop>,
+    staff: Staff,
+    Form(form): Form<HashMap<String, String>>,
+) -> Result<Response, ShopError> {
+    staff.check(&form)?;
+    shop.store.close_staff_session(&staff.token_hash).await?;
+    let mut response = Redirect::to("/admin/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("staff=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    Ok(response)
+}
+
+/// No `POST` that another site made the browser send: `Sec-Fetch-Site` must say the request
+/// came from this very origin (or from the person, typing), and an `Origin`, if sent, must be
+/// this host's. A client that sends neither (a server, a test's HTTP client) is no browser a
+/// page could steer. The checkout's webhooks come from its server and are signed: let through.
+pub async fn same_origin_posts_only(request: Request, next: Next) -> Response {
+    if request.method() != Method::POST || request.uri().path() == crate::webhooks::ROUTE {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    let from_elsewhere =
+        matches!(fetch_site, Some(site) if site != "same-origin" && site != "none");
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let foreign_origin = match (origin, host) {
+        (Some(origin), Some(host)) => origin.split_once("://").map(|(_, rest)| rest) != Some(host),
+        (Some(_), None) => true,
+        _ => false,
+    };
+    if from_elsewhere || foreign_origin {
+        tracing::warn!(?fetch_site, ?origin, path = %request.uri().path(), "a cross-site POST was refused");
+        return ShopError::Forbidden(
+            "Запрос пришёл с другого сайта и отклонён: действия в магазине делаются только с его страниц"
+                .into(),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_kept_only_as_its_argon2id_hash() {
+        let hash = hash_password("кофе-и-зерно").unwrap();
+        assert!(
+            hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+            "{hash}"
+        );
+        assert!(!hash.contains("кофе"));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        assert!(runtime.block_on(password_matches(Some(hash.clone()), "кофе-и-зерно".into())));
+        assert!(!runtime.block_on(password_matches(Some(hash), "кофе".into())));
+        assert!(!runtime.block_on(password_matches(None, "".into())));
+    }
+}
