@@ -242,6 +242,23 @@ mod tests {
         assert_eq!(documented, served);
     }
 
+    /// The document as integrators get it, kept beside the code (`backend/openapi.json`): a
+    /// change to it is deliberate and seen in review. `CHECKOUT_UPDATE_OPENAPI=1` rewrites it.
+    #[test]
+    fn the_document_is_the_one_kept_in_the_repository() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
+        let now = serde_json::to_string_pretty(&ApiDoc::openapi()).unwrap() + "\n";
+        if std::env::var_os("CHECKOUT_UPDATE_OPENAPI").is_some() {
+            std::fs::write(&path, &now).unwrap();
+        }
+        let kept = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            kept == now,
+            "the OpenAPI document changed; if that is meant, run with CHECKOUT_UPDATE_OPENAPI=1 \
+             and commit backend/openapi.json"
+        );
+    }
+
     #[test]
     fn the_document_names_every_problem_code_both_credentials_the_key_and_the_webhooks() {
         let document = serde_json::to_value(ApiDoc::openapi()).unwrap();
