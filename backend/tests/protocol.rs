@@ -8,7 +8,7 @@ use std::time::Duration;
 use checkout_backend::error::ApiError;
 use checkout_backend::store::{
     AccountKind, EntryKind, LedgerEntry, NewSession, ShopRow, Store, StoreError, StoreSettings, Tx,
-    sql,
+    sessions,
 };
 use checkout_idempotency::{
     Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
@@ -691,7 +691,7 @@ async fn a_sweep_never_expires_a_session_a_payment_is_taking() {
 
     let mut payment = db.connect().await;
     sqlx::query("BEGIN").execute(&mut payment).await.unwrap();
-    let taken = sqlx::query(sql::TAKE_SESSION)
+    let taken = sqlx::query(sessions::TAKE_SESSION)
         .bind(held.as_str())
         .bind("pay_held")
         .bind(now - 1_000)

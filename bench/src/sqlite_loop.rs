@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use checkout_backend::store::{sql, sqlite_claim_key, sqlite_insert_event};
+use checkout_backend::store::{events, keys, payments, sessions};
 
 /// A payment's event as the server writes it into the outbox (about this size).
 const EVENT_BODY: &str = r#"{"type":"payment.succeeded","timestamp":"2026-12-02T14:01:20.331Z","data":{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","created_at":"2026-12-02T14:01:20.331Z"}}"#;
@@ -70,7 +70,7 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
             format!("pay_{n}"),
         );
         conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-        conn.prepare_cached(sqlite_claim_key())
+        conn.prepare_cached(&keys::SQLITE_CLAIM_KEY)
             .unwrap()
             .query_row(
                 named_params! {"$1": account, "$2": key, "$3": claim, "$4": "hash",
@@ -80,7 +80,7 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
             )
             .unwrap();
         let (shop, order): (String, String) = conn
-            .prepare_cached(sql::TAKE_SESSION)
+            .prepare_cached(sessions::TAKE_SESSION)
             .unwrap()
             .query_row(
                 named_params! {"$1": session, "$2": payment, "$3": 1_764_000_000_000_i64},
@@ -88,11 +88,11 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
             )
             .unwrap();
         let balance: i64 = conn
-            .prepare_cached(sql::DEBIT)
+            .prepare_cached(payments::DEBIT)
             .unwrap()
             .query_row(named_params! {"$1": account, "$2": 1}, |row| row.get(0))
             .unwrap();
-        conn.prepare_cached(sql::INSERT_PAYMENT)
+        conn.prepare_cached(payments::INSERT_PAYMENT)
             .unwrap()
             .execute(
                 named_params! {"$1": payment, "$2": session, "$3": account, "$4": shop,
@@ -104,7 +104,7 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
             (&account, -1, Some(&key), Some(&claim)),
             (&shop, 1, None, None),
         ] {
-            conn.prepare_cached(sql::INSERT_LEDGER)
+            conn.prepare_cached(payments::INSERT_LEDGER)
                 .unwrap()
                 .execute(
                     named_params! {"$1": ledger_account, "$2": amount, "$3": "payment",
@@ -113,17 +113,17 @@ pub fn run(dir: &Path, accounts: usize, seconds: u64) -> Run {
                 )
                 .unwrap();
         }
-        conn.prepare_cached(sql::INSERT_UNFOLDED_CREDIT)
+        conn.prepare_cached(payments::INSERT_UNFOLDED_CREDIT)
             .unwrap()
             .execute(named_params! {"$1": payment, "$2": shop, "$3": 1})
             .unwrap();
-        conn.prepare_cached(sqlite_insert_event())
+        conn.prepare_cached(events::SQLITE_INSERT_EVENT)
             .unwrap()
             .execute(named_params! {"$1": format!("evt-{payment}"), "$2": shop,
             "$3": "payment.succeeded", "$4": payment, "$5": EVENT_BODY,
             "$6": 1_764_000_000_000_i64})
             .unwrap();
-        conn.prepare_cached(sql::COMPLETE_KEY)
+        conn.prepare_cached(keys::COMPLETE_KEY)
             .unwrap()
             .execute(named_params! {"$1": account, "$2": key, "$3": claim, "$4": 201,
                                     "$5": r#"{"payment_id":"pay_019ae2f1c3b87d2a9c4e5f60718293a4","checkout_session_id":"cs_4f0c2b9e8d7a6b5c4d3e2f1a0b9c8d7e","order_id":"ORD-1A2B3C4D","amount":1,"currency":"RUB","status":"succeeded","balance":99999,"created_at":"2026-12-02T14:01:20.331Z"}"#})

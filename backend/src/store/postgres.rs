@@ -10,44 +10,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::{sync::LazyLock, time::Duration};
+use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::{PgExecutor, PgPool, Postgres, Row as _, Transaction};
 
 use super::row::{Arg, ReadRow, Row, RowError};
-use super::{ConnectError, StoreError, sql};
+use super::{ConnectError, StoreError};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
-
-/// Once the key is ours, other locks (the account row under a burst of payments) may be waited
-/// for longer than a duplicate waits for the key, but still not forever.
-const WORK_LOCK_TIMEOUT: &str = "5s";
-
-/// `set_config` runs in RETURNING, i.e. only once the key is claimed: it lifts the claim's
-/// short bound to the work bound without a round trip of its own.
-pub static CLAIM_KEY: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "{} RETURNING claim_id, set_config('lock_timeout', '{WORK_LOCK_TIMEOUT}', true)",
-        sql::CLAIM_KEY
-    )
-});
-
-/// Folds a shop's waiting credits into its balance under the row's lock: the credits deleted
-/// are exactly the credits added, in one statement (two would let a credit committed in between
-/// be deleted unadded). Returns the new balance.
-pub const FOLD_CREDITS: &str = "\
-    WITH folded AS (DELETE FROM unfolded_credits WHERE account_id = $1 RETURNING amount) \
-    UPDATE accounts SET balance = balance + COALESCE((SELECT SUM(amount) FROM folded), 0) \
-     WHERE account_id = $1 RETURNING balance";
-
-pub const INSERT_EVENT: &str = "\
-    INSERT INTO webhook_events \
-           (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status) \
-    VALUES ($1, $2, $3, $4, $5, $6, $6, \
-            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
-                 THEN 'no_endpoint' ELSE 'pending' END)";
 
 #[derive(Clone, Debug)]
 pub struct PgStore {

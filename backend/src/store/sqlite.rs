@@ -27,7 +27,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::row::{Arg, OwnedArg, ReadRow, Row, RowError};
-use super::{ConnectError, StoreError, Tx, sql};
+use super::{ConnectError, StoreError, Tx};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -37,27 +37,6 @@ const QUEUE_WAIT: Duration = Duration::from_secs(10);
 const READERS: usize = 8;
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 64;
-
-pub static CLAIM_KEY: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| format!("{} RETURNING claim_id", sql::CLAIM_KEY));
-
-/// Folds a shop's waiting credits into its balance. SQLite has one writer, so nothing can
-/// commit a credit between this and [`DELETE_FOLDED`] in the same transaction.
-pub const FOLD_CREDITS: &str = "\
-    UPDATE accounts SET balance = balance + \
-           COALESCE((SELECT SUM(amount) FROM unfolded_credits WHERE account_id = $1), 0) \
-     WHERE account_id = $1 RETURNING balance";
-pub const DELETE_FOLDED: &str = "DELETE FROM unfolded_credits WHERE account_id = $1";
-
-/// An event into the outbox; its place in the delivery order is the next number, safely under
-/// SQLite's one writer.
-pub const INSERT_EVENT: &str = "\
-    INSERT INTO webhook_events \
-           (event_id, seq, shop_account_id, type, subject_id, body, created_at, next_attempt_at, \
-            status) \
-    VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM webhook_events), $2, $3, $4, $5, $6, $6, \
-            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
-                 THEN 'no_endpoint' ELSE 'pending' END)";
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {

@@ -1,0 +1,391 @@
+//! The outbox: events to the shops, written in the transaction of the change they tell of, and
+//! leased to a delivery worker, settled by the attempt that holds the lease, listed and asked
+//! for again by their shop.
+
+use super::row::{Arg, Row, RowError, Template};
+use super::{Store, StoreError, Tx};
+
+/// The outbox's backlog, for the metrics: events not yet delivered, and the oldest one's time.
+pub const OUTBOX_BACKLOG: &str = "\
+SELECT COUNT(*) AS depth, MIN(created_at) AS oldest FROM webhook_events WHERE status = 'pending'";
+
+/// An event into the outbox; its place in the delivery order is the next number, safely under
+/// SQLite's one writer.
+pub const SQLITE_INSERT_EVENT: &str = "\
+    INSERT INTO webhook_events \
+           (event_id, seq, shop_account_id, type, subject_id, body, created_at, next_attempt_at, \
+            status) \
+    VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM webhook_events), $2, $3, $4, $5, $6, $6, \
+            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
+                 THEN 'no_endpoint' ELSE 'pending' END)";
+
+/// An event into the outbox; its `seq` comes from the sequence.
+pub const POSTGRES_INSERT_EVENT: &str = "\
+    INSERT INTO webhook_events \
+           (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status) \
+    VALUES ($1, $2, $3, $4, $5, $6, $6, \
+            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
+                 THEN 'no_endpoint' ELSE 'pending' END)";
+
+/// An event is due when it is pending, its time has come, no worker holds a lease on it, its
+/// shop has a webhook URL, and no earlier event of its subject is still pending (a refund's
+/// event never overtakes its payment's). `{e}` names the row.
+macro_rules! due_event {
+    ($e:literal) => {
+        concat!(
+            $e,
+            ".status = 'pending' AND ",
+            $e,
+            ".next_attempt_at <= {now} \
+             AND (",
+            $e,
+            ".locked_until IS NULL OR ",
+            $e,
+            ".locked_until < {now}) \
+             AND EXISTS (SELECT 1 FROM shops s \
+                          WHERE s.account_id = ",
+            $e,
+            ".shop_account_id AND s.webhook_url IS NOT NULL) \
+             AND NOT EXISTS (SELECT 1 FROM webhook_events p \
+                              WHERE p.subject_id = ",
+            $e,
+            ".subject_id AND p.seq < ",
+            $e,
+            ".seq \
+                                AND p.status = 'pending')"
+        )
+    };
+}
+
+/// The columns of an event, as [`super::EventRow`] reads them.
+macro_rules! event_columns {
+    () => {
+        "event_id, seq, shop_account_id, type, subject_id, body, created_at, status, attempts, \
+         next_attempt_at, last_error, delivered_at, lease_id"
+    };
+}
+
+/// Leases up to $4 due events to this worker for $1 ms under lease $2 (their attempt counted),
+/// taking turns between shops: each shop's due events are numbered in order, and a shop gets
+/// at most $3 in flight at once (its events already leased count), so one shop whose endpoint
+/// hangs cannot hold every send slot. The innermost query ranks; the middle one locks what it
+/// picked and re-checks it as locked (skipping rows another instance holds); the outer
+/// `UPDATE` checks once more, as READ COMMITTED re-reads only its own `WHERE`.
+pub static CLAIM_DUE_EVENTS: Template = Template::new(concat!(
+    "UPDATE webhook_events SET locked_until = {now} + $1, lease_id = $2, attempts = attempts + 1 \
+      WHERE event_id IN ( \
+            SELECT ev.event_id FROM webhook_events ev \
+             WHERE ev.event_id IN ( \
+                   SELECT due.event_id FROM ( \
+                          SELECT e.event_id, e.seq, e.shop_account_id, \
+                                 ROW_NUMBER() OVER (PARTITION BY e.shop_account_id ORDER BY e.seq) AS turn \
+                            FROM webhook_events e WHERE ",
+    due_event!("e"),
+    ") due \
+                     LEFT JOIN (SELECT shop_account_id, COUNT(*) AS n FROM webhook_events \
+                                 WHERE status = 'pending' AND locked_until >= {now} \
+                                 GROUP BY shop_account_id) busy \
+                            ON busy.shop_account_id = due.shop_account_id \
+                    WHERE due.turn + COALESCE(busy.n, 0) <= $3 \
+                    ORDER BY due.turn, due.seq LIMIT $4) \
+               AND ",
+    due_event!("ev"),
+    "{skip_locked}) \
+        AND ",
+    due_event!("webhook_events"),
+    " RETURNING ",
+    event_columns!()
+));
+
+/// How an attempt ended is written only by the attempt that holds the lease ($2): a shop's
+/// redelivery request made meanwhile takes the lease away, and is not undone by it.
+pub static EVENT_DELIVERED: Template = Template::new(
+    "UPDATE webhook_events SET status = 'delivered', delivered_at = {now}, locked_until = NULL, \
+            lease_id = NULL, last_error = NULL \
+      WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
+);
+
+/// The next attempt $3 ms from now.
+pub static EVENT_RETRY_AT: Template = Template::new(
+    "UPDATE webhook_events SET next_attempt_at = {now} + $3, locked_until = NULL, lease_id = NULL, \
+            last_error = $4 \
+      WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
+);
+
+pub const EVENT_DEAD: &str = "\
+    UPDATE webhook_events SET status = 'dead', locked_until = NULL, lease_id = NULL, \
+           last_error = $3 \
+     WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'";
+
+/// A shop's events, newest first, before `seq` $2, at most $3.
+pub const SHOP_EVENTS: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM webhook_events WHERE shop_account_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+);
+
+pub const SHOP_EVENT: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM webhook_events WHERE event_id = $1 AND shop_account_id = $2"
+);
+
+/// A shop asks for an event again: pending with a fresh schedule, due now, or when the lease
+/// of an attempt in flight ends (the lease stays, so no other worker sends it meanwhile; the
+/// lease id goes, so that attempt's outcome no longer counts). Kept as `no_endpoint` while the
+/// shop has no webhook URL.
+pub static REDELIVER_EVENT: Template = Template::new(concat!(
+    "UPDATE webhook_events \
+        SET status = CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
+                          THEN 'no_endpoint' ELSE 'pending' END, \
+            attempts = 0, lease_id = NULL, last_error = NULL, \
+            next_attempt_at = CASE WHEN locked_until > {now} THEN locked_until ELSE {now} END \
+      WHERE event_id = $1 AND shop_account_id = $2 \
+     RETURNING ",
+    event_columns!()
+));
+
+/// The shop has an endpoint (again): every event it has not received goes there, due now, on
+/// a fresh schedule; an attempt in flight keeps its lease.
+pub static EVENTS_TO_NEW_ENDPOINT: Template = Template::new(
+    "UPDATE webhook_events \
+        SET status = 'pending', attempts = 0, last_error = NULL, \
+            next_attempt_at = CASE WHEN locked_until > {now} THEN locked_until ELSE {now} END \
+      WHERE shop_account_id = $1 AND status IN ('pending', 'no_endpoint')",
+);
+
+/// The shop has no endpoint any more: what waited for delivery is kept, as `no_endpoint`.
+pub static EVENTS_WITHOUT_ENDPOINT: Template = Template::new(
+    "UPDATE webhook_events SET status = 'no_endpoint', lease_id = NULL \
+      WHERE shop_account_id = $1 AND status = 'pending' \
+        AND (locked_until IS NULL OR locked_until < {now})",
+);
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OutboxBacklog {
+    pub depth: i64,
+    pub oldest_created_at_ms: Option<i64>,
+}
+
+/// An event in the outbox, as stored.
+#[derive(Clone, Debug)]
+pub struct EventRow {
+    pub event_id: String,
+    pub seq: i64,
+    pub shop_account_id: String,
+    pub event_type: String,
+    pub subject_id: String,
+    /// The JSON body, exactly as it is sent and signed.
+    pub body: String,
+    pub created_at: i64,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<i64>,
+    /// The lease of the attempt in flight, if any.
+    pub lease_id: Option<String>,
+}
+
+impl EventRow {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(EventRow {
+            event_id: row.text("event_id")?,
+            seq: row.int("seq")?,
+            shop_account_id: row.text("shop_account_id")?,
+            event_type: row.text("type")?,
+            subject_id: row.text("subject_id")?,
+            body: row.text("body")?,
+            created_at: row.int("created_at")?,
+            status: row.text("status")?,
+            attempts: row.int("attempts")?,
+            next_attempt_at: row.int("next_attempt_at")?,
+            last_error: row.opt_text("last_error")?,
+            delivered_at: row.opt_int("delivered_at")?,
+            lease_id: row.opt_text("lease_id")?,
+        })
+    }
+}
+
+/// How one delivery attempt of an event ended.
+#[derive(Clone, Debug)]
+pub enum EventSettled {
+    Delivered,
+    /// To be tried again this long from now (by the database's clock).
+    RetryAfter {
+        pause_ms: i64,
+        error: String,
+    },
+    Dead {
+        error: String,
+    },
+}
+
+/// An event to write in the transaction of the change it tells of.
+pub struct NewEvent<'a> {
+    pub event_id: &'a str,
+    pub shop_account_id: &'a str,
+    pub event_type: &'a str,
+    pub subject_id: &'a str,
+    pub body: &'a str,
+    pub created_at: i64,
+}
+
+impl Store {
+    pub async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        let rows = self
+            .read(OUTBOX_BACKLOG, &[], |row| {
+                Ok(OutboxBacklog {
+                    depth: row.int("depth")?,
+                    oldest_created_at_ms: row.opt_int("oldest")?,
+                })
+            })
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or_default())
+    }
+
+    /// Leases up to `limit` due events to this worker for `lease_ms` under `lease_id`, at most
+    /// `per_shop` of any one shop in flight, in a short transaction of its own. Time is the
+    /// database's (see [`Template`]).
+    pub async fn claim_due_events(
+        &self,
+        lease_ms: i64,
+        lease_id: &str,
+        per_shop: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let lease_id = lease_id.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let statement = tx.template(&CLAIM_DUE_EVENTS);
+                let mut events = tx
+                    .fetch_all(
+                        statement,
+                        &[
+                            Arg::Int(lease_ms),
+                            Arg::Text(&lease_id),
+                            Arg::Int(per_shop),
+                            Arg::Int(limit),
+                        ],
+                        EventRow::read,
+                    )
+                    .await?;
+                events.sort_by_key(|e| e.seq);
+                Ok(events)
+            })
+        })
+        .await
+    }
+
+    /// Records how the attempt under `lease_id` ended: delivered, to be retried, or dead. An
+    /// attempt whose lease was taken away (a redelivery request) records nothing.
+    pub async fn settle_event(
+        &self,
+        event_id: &str,
+        lease_id: &str,
+        settled: EventSettled,
+    ) -> Result<(), StoreError> {
+        let (event_id, lease_id) = (event_id.to_owned(), lease_id.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let (event, lease) = (Arg::Text(&event_id), Arg::Text(&lease_id));
+                match settled {
+                    EventSettled::Delivered => {
+                        let statement = tx.template(&EVENT_DELIVERED);
+                        tx.execute(statement, &[event, lease]).await?
+                    }
+                    EventSettled::RetryAfter { pause_ms, error } => {
+                        let statement = tx.template(&EVENT_RETRY_AT);
+                        tx.execute(
+                            statement,
+                            &[event, lease, Arg::Int(pause_ms), Arg::Text(&error)],
+                        )
+                        .await?
+                    }
+                    EventSettled::Dead { error } => {
+                        tx.execute(EVENT_DEAD, &[event, lease, Arg::Text(&error)])
+                            .await?
+                    }
+                };
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// A shop's events, newest first, before `before_seq`.
+    pub async fn shop_events(
+        &self,
+        shop_account_id: &str,
+        before_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        self.read(
+            SHOP_EVENTS,
+            &[
+                Arg::Text(shop_account_id),
+                Arg::Int(before_seq),
+                Arg::Int(limit),
+            ],
+            EventRow::read,
+        )
+        .await
+    }
+
+    pub async fn shop_event(
+        &self,
+        shop_account_id: &str,
+        event_id: &str,
+    ) -> Result<Option<EventRow>, StoreError> {
+        let rows = self
+            .read(
+                SHOP_EVENT,
+                &[Arg::Text(event_id), Arg::Text(shop_account_id)],
+                EventRow::read,
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Puts one of the shop's events back in the queue with a fresh schedule: due now, or as
+    /// soon as an attempt in flight has ended.
+    pub async fn redeliver_event(
+        &self,
+        shop_account_id: &str,
+        event_id: &str,
+    ) -> Result<Option<EventRow>, StoreError> {
+        let (shop, event) = (shop_account_id.to_owned(), event_id.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let statement = tx.template(&REDELIVER_EVENT);
+                tx.fetch_optional(
+                    statement,
+                    &[Arg::Text(&event), Arg::Text(&shop)],
+                    EventRow::read,
+                )
+                .await
+            })
+        })
+        .await
+    }
+}
+
+impl Tx {
+    /// Writes an event into the outbox, in this transaction: it commits with the change.
+    pub async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<(), StoreError> {
+        let statement = self.spelled(SQLITE_INSERT_EVENT, POSTGRES_INSERT_EVENT);
+        self.execute(
+            statement,
+            &[
+                Arg::Text(event.event_id),
+                Arg::Text(event.shop_account_id),
+                Arg::Text(event.event_type),
+                Arg::Text(event.subject_id),
+                Arg::Text(event.body),
+                Arg::Int(event.created_at),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+}
