@@ -77,7 +77,7 @@ pub fn main_with(seams: Seams) -> ExitCode {
 /// database.
 fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode {
     operator_command(config, |store| async move {
-        let shop = crate::shops::add(&store, name, webhook_url)
+        let shop = crate::operations::shops::add(&store, name, webhook_url)
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::to_string(&shop).expect("a shop serializes"))
@@ -87,7 +87,7 @@ fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode 
 /// `checkout-server shop set-webhook`: one JSON line saying what the shop's endpoint is now.
 fn shop_set_webhook(config: &Config, shop_id: &str, url: Option<&str>) -> ExitCode {
     operator_command(config, |store| async move {
-        crate::shops::set_webhook_url(&store, shop_id, url)
+        crate::operations::shops::set_webhook_url(&store, shop_id, url)
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::json!({ "shop_id": shop_id, "webhook_url": url }).to_string())

@@ -196,8 +196,8 @@ impl Config {
         Duration::from_secs(self.session_ttl_secs)
     }
 
-    pub fn delivery(&self) -> crate::delivery::DeliverySettings {
-        crate::delivery::DeliverySettings {
+    pub fn delivery(&self) -> crate::workers::delivery::DeliverySettings {
+        crate::workers::delivery::DeliverySettings {
             timeout: Duration::from_millis(self.webhook_timeout_ms),
             first_retry: Duration::from_millis(self.webhook_first_retry_ms),
             attempts: self.webhook_attempts,

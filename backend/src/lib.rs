@@ -14,49 +14,26 @@
 //! the e2e, reliability and bench crates) are this same program given hooks or routes through
 //! [`Seams`]; nothing of theirs is compiled into this crate.
 
-pub mod accounts;
+pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod delivery;
-pub mod demo;
-pub mod error;
-pub mod events;
-pub mod extract;
-pub mod http;
 pub mod ids;
-pub mod keyed;
-pub mod keys;
 pub mod metrics;
-pub mod openapi;
-pub mod payments;
-pub mod refunds;
-pub mod sessions;
-pub mod shops;
+pub mod operations;
 pub mod store;
-pub mod sweeper;
+pub mod workers;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use checkout_idempotency::{Hooks, Protocol};
 
+use crate::api::AppState;
 use crate::config::Config;
+use crate::operations::{demo, shops};
 use crate::store::Store;
-
-/// What every handler can reach.
-#[derive(Clone, Debug)]
-pub struct AppState {
-    pub store: Store,
-    pub protocol: Protocol,
-    pub principals: Arc<accounts::PrincipalCache>,
-    pub demo: bool,
-    /// How long a new checkout session can be paid.
-    pub session_ttl: Duration,
-    /// Wakes this instance's webhook delivery (an event was written or asked for again).
-    pub deliveries: Arc<tokio::sync::Notify>,
-}
+use crate::workers::{delivery, sweeper};
 
 /// What a test or benchmark build adds to the server. The shipped binary runs with the
 /// default, which adds nothing.
@@ -135,14 +112,14 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         deliveries,
     };
     if let Some(metrics_addr) = config.metrics_addr {
-        metrics::serve(metrics_addr, app.store.clone())
+        api::metrics::serve(metrics_addr, app.store.clone())
             .await
             .map_err(|source| StartError::Listen {
                 addr: metrics_addr,
                 source,
             })?;
     }
-    let router = http::router(app, &config.static_dir, seams.routes, seams.wrap);
+    let router = api::router(app, &config.static_dir, seams.routes, seams.wrap);
 
     tracing::info!(
         database = %config.database_url_redacted(),

@@ -1,38 +1,30 @@
-//! What an operator watches, in the Prometheus text format. Everything is recorded through the
-//! `metrics` facade (a no-op unless the exporter is installed), with every name in this file;
-//! `GET /metrics` is served on `CHECKOUT_METRICS_ADDR` only, never beside the public API.
-//!
-//! Gauges that describe the database (outbox depth, pool use) are read when scraped, so a
-//! scrape always sees the present.
+//! What an operator watches: every metric's name and how it is recorded, through the `metrics`
+//! facade (a no-op unless an exporter is installed). A leaf: anyone may call it (the store's
+//! group commit, the workers, the HTTP layer), and it knows nothing of theirs. `GET /metrics` is
+//! served by `api::metrics`, on `CHECKOUT_METRICS_ADDR` only.
 
-use std::net::SocketAddr;
 use std::time::Duration;
-
-use axum::Router;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-
-use crate::clock;
-use crate::keyed::KeyOutcome;
-use crate::store::Store;
 
 /// Latency buckets (seconds): a replay answers in well under a millisecond, a payment over
 /// PostgreSQL in a few, and the timeout is 30 s.
-const LATENCY_BUCKETS: [f64; 14] = [
+pub const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
 ];
 /// Group-commit batch sizes (units per SQLite commit), up to the batch limit.
-const BATCH_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0, 1000.0];
+pub const BATCH_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0, 1000.0];
 
-/// A keyed request, by route and how its key settled it.
-pub fn keyed_request(route: &str, outcome: KeyOutcome) {
+/// The histogram of request latencies.
+pub const REQUEST_DURATION: &str = "checkout_request_duration_seconds";
+/// The histogram of units per SQLite commit.
+pub const GROUP_COMMIT_UNITS: &str = "checkout_sqlite_group_commit_units";
+
+/// A keyed request, by route and how its key settled it (`first`, `replay`, `conflict`,
+/// `mismatch`).
+pub fn keyed_request(route: &str, outcome: &'static str) {
     metrics::counter!(
         "checkout_keyed_requests_total",
         "route" => route.to_owned(),
-        "outcome" => outcome.as_str(),
+        "outcome" => outcome,
     )
     .increment(1);
 }
@@ -44,8 +36,8 @@ pub fn decline(code: &str) {
 
 /// Any request, answered: its latency by route, idempotency outcome (`unkeyed` for the rest)
 /// and status class.
-pub fn request_answered(route: &str, outcome: Option<KeyOutcome>, status: u16, took: Duration) {
-    let outcome = outcome.map_or("unkeyed", KeyOutcome::as_str);
+pub fn request_answered(route: &str, outcome: Option<&'static str>, status: u16, took: Duration) {
+    let outcome = outcome.unwrap_or("unkeyed");
     let class = match status {
         200..=299 => "2xx",
         300..=399 => "3xx",
@@ -53,7 +45,7 @@ pub fn request_answered(route: &str, outcome: Option<KeyOutcome>, status: u16, t
         _ => "5xx",
     };
     metrics::histogram!(
-        "checkout_request_duration_seconds",
+        REQUEST_DURATION,
         "route" => route.to_owned(),
         "outcome" => outcome,
         "status" => class,
@@ -63,7 +55,7 @@ pub fn request_answered(route: &str, outcome: Option<KeyOutcome>, status: u16, t
 
 /// One SQLite commit, shared by `units` requests' units of work.
 pub fn group_commit(units: usize) {
-    metrics::histogram!("checkout_sqlite_group_commit_units").record(units as f64);
+    metrics::histogram!(GROUP_COMMIT_UNITS).record(units as f64);
 }
 
 /// Expired idempotency keys deleted by the sweeper.
@@ -88,59 +80,19 @@ pub fn delivery(result: Delivery) {
     metrics::counter!("checkout_webhook_deliveries_total", "result" => result).increment(1);
 }
 
-/// Installs the exporter (the process's one recorder) and serves `GET /metrics` on `addr`.
-pub async fn serve(addr: SocketAddr, store: Store) -> std::io::Result<()> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full("checkout_request_duration_seconds".into()),
-            &LATENCY_BUCKETS,
-        )
-        .and_then(|b| {
-            b.set_buckets_for_metric(
-                metrics_exporter_prometheus::Matcher::Full(
-                    "checkout_sqlite_group_commit_units".into(),
-                ),
-                &BATCH_BUCKETS,
-            )
-        })
-        .map_err(std::io::Error::other)?
-        .install_recorder()
-        .map_err(std::io::Error::other)?;
-    describe();
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-    let router = Router::new()
-        .route("/metrics", get(scrape))
-        .with_state((handle, store));
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router).await {
-            tracing::error!(%error, "the metrics listener stopped");
-        }
-    });
-    Ok(())
+/// The database as it is now, set when scraped: pool use, and the outbox's backlog.
+pub fn database_now(in_use: u64, waiting: u64) {
+    metrics::gauge!("checkout_db_connections_in_use").set(in_use as f64);
+    metrics::gauge!("checkout_db_waiting").set(waiting as f64);
 }
 
-async fn scrape(State((handle, store)): State<(PrometheusHandle, Store)>) -> impl IntoResponse {
-    let pool = store.pool_usage();
-    metrics::gauge!("checkout_db_connections_in_use").set(pool.in_use as f64);
-    metrics::gauge!("checkout_db_waiting").set(pool.waiting as f64);
-    match store.outbox_backlog().await {
-        Ok(backlog) => {
-            let age_ms = backlog
-                .oldest_created_at_ms
-                .map_or(0, |created| (clock::now_ms() - created).max(0));
-            metrics::gauge!("checkout_outbox_depth").set(backlog.depth as f64);
-            metrics::gauge!("checkout_outbox_oldest_age_seconds").set(age_ms as f64 / 1000.0);
-        }
-        Err(error) => tracing::warn!(%error, "metrics: the outbox could not be read"),
-    }
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        handle.render(),
-    )
+pub fn outbox_now(depth: i64, oldest_age_ms: i64) {
+    metrics::gauge!("checkout_outbox_depth").set(depth as f64);
+    metrics::gauge!("checkout_outbox_oldest_age_seconds").set(oldest_age_ms as f64 / 1000.0);
 }
 
-fn describe() {
+/// What each metric means, for the exporter's `# HELP` lines.
+pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         "checkout_keyed_requests_total",

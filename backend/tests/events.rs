@@ -62,16 +62,7 @@ async fn two_instances_deliver_a_backlog_of_a_thousand_events_once_each() {
     builder.kill();
     let first = Server::start_with(SERVER, &db, &FAST).await;
     let second = Server::start_with(SERVER, &db, &FAST).await;
-    let (ok, _, err) = first
-        .operator(&[
-            "shop",
-            "set-webhook",
-            "--shop",
-            &shop.shop_id,
-            "--url",
-            &receiver.url,
-        ])
-        .await;
+    let (ok, _, err) = set_webhook(&first, &shop, &["--url", &receiver.url]).await;
     assert!(ok, "{err}");
     support::wait_until(
         "the backlog was never delivered",
@@ -148,6 +139,13 @@ async fn world_with(backend: Backend, settings: &[(&str, &str)]) -> World {
         shop,
         receiver,
     }
+}
+
+/// `checkout-server shop set-webhook --shop <shop> ARGS…`, as an operator runs it.
+async fn set_webhook(server: &Server, shop: &Shop, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["shop", "set-webhook", "--shop", shop.shop_id.as_str()];
+    all.extend_from_slice(args);
+    server.operator(&all).await
 }
 
 /// Pays a new session of `amount` for `order`: the payment's id.
@@ -553,17 +551,7 @@ async fn a_shop_given_its_webhook_url_later_receives_what_it_missed(backend: Bac
     );
 
     let receiver = Receiver::start().await;
-    let (ok, out, err) = w
-        .server
-        .operator(&[
-            "shop",
-            "set-webhook",
-            "--shop",
-            &late.shop_id,
-            "--url",
-            &receiver.url,
-        ])
-        .await;
+    let (ok, out, err) = set_webhook(&w.server, &late, &["--url", &receiver.url]).await;
     assert!(ok, "{err}");
     assert!(out.contains(&receiver.url), "{out}");
     let got = receiver.wait_for(3, WITHIN).await;
@@ -578,10 +566,7 @@ async fn a_shop_given_its_webhook_url_later_receives_what_it_missed(backend: Bac
     }
 
     // Cleared: a new event is kept again.
-    let (ok, _, err) = w
-        .server
-        .operator(&["shop", "set-webhook", "--shop", &late.shop_id, "--clear"])
-        .await;
+    let (ok, _, err) = set_webhook(&w.server, &late, &["--clear"]).await;
     assert!(ok, "{err}");
     let body_of_new = late.checkout("LATE-3", 1_000).await;
     assert_eq!(
@@ -599,10 +584,7 @@ async fn a_shop_given_its_webhook_url_later_receives_what_it_missed(backend: Bac
         "ftp://127.0.0.1/x",
         "not a url",
     ] {
-        let (ok, _, err) = w
-            .server
-            .operator(&["shop", "set-webhook", "--shop", &late.shop_id, "--url", bad])
-            .await;
+        let (ok, _, err) = set_webhook(&w.server, &late, &["--url", bad]).await;
         assert!(!ok, "{bad} was accepted");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
@@ -623,17 +605,7 @@ async fn a_shop_given_its_webhook_url_later_receives_what_it_missed(backend: Bac
     // delivered there, and the attempt failed).
     let elsewhere = Receiver::start().await;
     receiver.answer(vec![], Answer::Redirect(elsewhere.url.clone()));
-    let (ok, _, err) = w
-        .server
-        .operator(&[
-            "shop",
-            "set-webhook",
-            "--shop",
-            &late.shop_id,
-            "--url",
-            &receiver.url,
-        ])
-        .await;
+    let (ok, _, err) = set_webhook(&w.server, &late, &["--url", &receiver.url]).await;
     assert!(ok, "{err}");
     let event_id = events(&late, "?limit=1").await["events"][0]["event_id"]
         .as_str()

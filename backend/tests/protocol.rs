@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use checkout_backend::error::ApiError;
+use checkout_backend::operations::error::ApiError;
 use checkout_backend::store::{
     AccountKind, EntryKind, LedgerEntry, NewSession, ShopRow, Store, StoreError, StoreSettings, Tx,
     sessions,
@@ -516,7 +516,7 @@ async fn a_failure_inside_a_batch_rolls_back_only_itself(backend: Backend) {
 async fn expired_keys_are_swept_in_bounded_batches(backend: Backend) {
     let (db, store) = setup(backend).await;
     let old = now_ms() - 2 * 3_600_000;
-    let keys = checkout_backend::sweeper::BATCH * 2 + 37;
+    let keys = checkout_backend::workers::sweeper::BATCH * 2 + 37;
     db.execute(&format!(
         "WITH RECURSIVE numbers(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM numbers WHERE n < {keys}) \
          INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, \
@@ -532,7 +532,7 @@ async fn expired_keys_are_swept_in_bounded_batches(backend: Backend) {
     let cutoff = now_ms() - TTL.as_millis() as i64;
     let one_batch = store.sweep_expired_keys(cutoff, 100).await.unwrap();
     assert_eq!(one_batch, 100, "one call deletes one bounded batch");
-    let rest = checkout_backend::sweeper::sweep(&store, cutoff)
+    let rest = checkout_backend::workers::sweeper::sweep(&store, cutoff)
         .await
         .unwrap();
     assert_eq!(rest, keys as u64 - 100);
@@ -706,7 +706,9 @@ async fn a_sweep_never_expires_a_session_a_payment_is_taking() {
 
     let sweep = tokio::spawn({
         let store = store.clone();
-        async move { checkout_backend::events::expire_sessions(&store, now + 10_000, 500).await }
+        async move {
+            checkout_backend::operations::events::expire_sessions(&store, now + 10_000, 500).await
+        }
     });
     finished_or_waiting_for_a_lock(&db, &sweep).await;
     sqlx::query("COMMIT").execute(&mut payment).await.unwrap();
@@ -741,11 +743,11 @@ async fn two_instances_sweeping_one_backlog_expire_each_session_once() {
         open_store(&db, Duration::from_secs(10)).await,
     );
     let now = now_ms();
-    let count = 3 * checkout_backend::sweeper::BATCH as usize + 100;
+    let count = 3 * checkout_backend::workers::sweeper::BATCH as usize + 100;
     lapsing_sessions(&one, count, now).await;
     let (a, b) = tokio::join!(
-        checkout_backend::sweeper::expire_sessions(&one),
-        checkout_backend::sweeper::expire_sessions(&two),
+        checkout_backend::workers::sweeper::expire_sessions(&one),
+        checkout_backend::workers::sweeper::expire_sessions(&two),
     );
     assert_eq!(
         a.unwrap() + b.unwrap(),

@@ -35,7 +35,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use checkout_backend::Seams;
-use checkout_backend::keyed::KeyOutcome;
+use checkout_backend::api::keyed::KeyOutcome;
 use checkout_idempotency::{Aborted, HookFuture, Hooks};
 use futures_util::StreamExt;
 

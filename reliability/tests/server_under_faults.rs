@@ -25,20 +25,9 @@ async fn sigterm_lets_an_in_flight_payment_finish() {
             .await
             .checkout("ord-term", 700)
             .await;
-        let held_before = held(&server);
         let key = new_key();
-        let in_flight = tokio::spawn({
-            let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
-            async move { shopper.pay(&key, &body).await }
-        });
-        // SIGTERM once the payment is inside its transaction (its key row is not committed yet,
-        // so the only sign is the fault's own log line).
-        wait_until(
-            "the payment never reached its commit",
-            Duration::from_secs(20),
-            || async { held(&server) > held_before },
-        )
-        .await;
+        // SIGTERM once the payment is inside its transaction.
+        let in_flight = pay_held(&server, &shopper, &key, &body).await;
         let status = tokio::task::spawn_blocking(move || {
             let status = server.terminate();
             (status, server)
@@ -86,20 +75,10 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
             .await
             .checkout("ord-slow", 900)
             .await;
-        let held_before = held(&server);
         let key = new_key();
-        let original = tokio::spawn({
-            let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
-            async move { shopper.pay(&key, &body).await }
-        });
-        // Wait until the original holds its claim: its transaction has run every statement
-        // and is held open before its COMMIT.
-        wait_until(
-            "the payment never reached its commit",
-            Duration::from_secs(20),
-            || async { held(&server) > held_before },
-        )
-        .await;
+        // The original holds its claim: its transaction has run every statement and is held
+        // open before its COMMIT.
+        let original = pay_held(&server, &shopper, &key, &body).await;
         let started = std::time::Instant::now();
         let duplicate = shopper.pay(&key, &body).await;
         let waited = started.elapsed();
@@ -136,6 +115,29 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
 /// Transactions the fault has held open before their COMMIT so far (the shop's session is one).
 fn held(server: &Server) -> usize {
     server.log().matches("holding the transaction open").count()
+}
+
+/// Sends a payment on a server that holds transactions before their `COMMIT`, and returns once
+/// it is inside its transaction (its key row not committed yet: the fault's own log line is the
+/// only sign); its answer comes from the task.
+async fn pay_held(
+    server: &Server,
+    shopper: &checkout_testkit::Api,
+    key: &str,
+    body: &serde_json::Value,
+) -> tokio::task::JoinHandle<checkout_testkit::Answer> {
+    let held_before = held(server);
+    let payment = tokio::spawn({
+        let (shopper, key, body) = (shopper.clone(), key.to_owned(), body.clone());
+        async move { shopper.pay(&key, &body).await }
+    });
+    wait_until(
+        "the payment never reached its commit",
+        Duration::from_secs(20),
+        || async { held(server) > held_before },
+    )
+    .await;
+    payment
 }
 
 /// A payment takes a session a moment before it lapses and holds its transaction open (a slow
@@ -210,18 +212,8 @@ async fn a_commit_without_an_answer_is_not_called_nothing_charged() {
         .await
         .checkout("ord-doubt", 1_200)
         .await;
-    let held_before = held(&server);
     let key = new_key();
-    let payment = tokio::spawn({
-        let (shopper, key, body) = (shopper.clone(), key.clone(), body.clone());
-        async move { shopper.pay(&key, &body).await }
-    });
-    wait_until(
-        "the payment never reached its commit",
-        Duration::from_secs(20),
-        || async { held(&server) > held_before },
-    )
-    .await;
+    let payment = pay_held(&server, &shopper, &key, &body).await;
     let cut = db
         .scalar(
             "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use checkout_idempotency::{Claim, KeyRecord, KeyTx, StoredResponse};
+use checkout_idempotency::{Claim, KeyRecord, KeyStore, KeyTx, StoredResponse, Work};
 
 use super::row::{Arg, Row, RowError, Template};
 use super::{Store, StoreError, Tx};
@@ -154,5 +154,28 @@ impl KeyTx for Tx {
         } else {
             Err(StoreError::LostClaim)
         }
+    }
+}
+
+impl KeyStore for Store {
+    type Tx = Tx;
+    type Error = StoreError;
+
+    fn reads_before_claim(&self) -> bool {
+        matches!(self, Store::Sqlite(_))
+    }
+
+    async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+        let rows = self
+            .read(STORED_KEY, &[Arg::Text(scope), Arg::Text(key)], read_key)
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn transaction<W>(&self, work: W) -> Result<W::Output, W::Error>
+    where
+        W: Work<Tx>,
+    {
+        self.run(work).await
     }
 }

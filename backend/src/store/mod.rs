@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
-use checkout_idempotency::{Classify, Failure, Finish, KeyRecord, KeyStore, Work};
+use checkout_idempotency::{Classify, Failure, Finish, Work};
 use sqlx::{Postgres, Transaction};
 
 pub use accounts::{AccountKind, AccountRow, ShopRow};
@@ -145,6 +145,39 @@ pub type TxFuture<'t, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + 
 pub const PING: &str = "SELECT CAST(1 AS BIGINT) AS one";
 
 impl Store {
+    /// PostgreSQL: one transaction on one pooled connection (`BEGIN` with the claim's lock
+    /// timeout, the work, `COMMIT` or `ROLLBACK`). SQLite: a savepoint in the writer's current
+    /// batch, answered after the batch's commit.
+    pub async fn run<W>(&self, work: W) -> Result<W::Output, W::Error>
+    where
+        W: Work<Tx>,
+    {
+        match self {
+            Store::Sqlite(store) => store.transaction(work).await,
+            Store::Postgres(store) => {
+                let mut tx = Tx::Postgres(store.begin().await?);
+                let finish = work.run(&mut tx).await;
+                let Tx::Postgres(tx) = tx else {
+                    unreachable!("a PostgreSQL store lends only PostgreSQL transactions");
+                };
+                match finish {
+                    Ok(Finish::Commit(output)) => {
+                        tx.commit().await.map_err(postgres::classify_commit)?;
+                        Ok(output)
+                    }
+                    Ok(Finish::Rollback(output)) => {
+                        let _ = tx.rollback().await;
+                        Ok(output)
+                    }
+                    Err(error) => {
+                        let _ = tx.rollback().await;
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+
     /// Opens `database_url` (`sqlite:` or `postgres:`), creating a SQLite file if missing, and
     /// runs the migrations.
     pub async fn connect(
@@ -173,7 +206,7 @@ impl Store {
         T: Send + 'static,
         F: for<'t> FnOnce(&'t mut Tx) -> TxFuture<'t, T> + Send + 'static,
     {
-        self.transaction(Write(f)).await
+        self.run(Write(f)).await
     }
 
     /// A read outside any transaction: SQLite's readers or PostgreSQL's pool.
@@ -203,59 +236,6 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.read(PING, &[], |row| row.int("one")).await?;
         Ok(())
-    }
-}
-
-impl KeyStore for Store {
-    type Tx = Tx;
-    type Error = StoreError;
-
-    fn reads_before_claim(&self) -> bool {
-        matches!(self, Store::Sqlite(_))
-    }
-
-    async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
-        let rows = self
-            .read(
-                keys::STORED_KEY,
-                &[Arg::Text(scope), Arg::Text(key)],
-                keys::read_key,
-            )
-            .await?;
-        Ok(rows.into_iter().next())
-    }
-
-    /// PostgreSQL: one transaction on one pooled connection (`BEGIN` with the claim's lock
-    /// timeout, the work, `COMMIT` or `ROLLBACK`). SQLite: a savepoint in the writer's current
-    /// batch, answered after the batch's commit.
-    async fn transaction<W>(&self, work: W) -> Result<W::Output, W::Error>
-    where
-        W: Work<Tx>,
-    {
-        match self {
-            Store::Sqlite(store) => store.transaction(work).await,
-            Store::Postgres(store) => {
-                let mut tx = Tx::Postgres(store.begin().await?);
-                let finish = work.run(&mut tx).await;
-                let Tx::Postgres(tx) = tx else {
-                    unreachable!("a PostgreSQL store lends only PostgreSQL transactions");
-                };
-                match finish {
-                    Ok(Finish::Commit(output)) => {
-                        tx.commit().await.map_err(postgres::classify_commit)?;
-                        Ok(output)
-                    }
-                    Ok(Finish::Rollback(output)) => {
-                        let _ = tx.rollback().await;
-                        Ok(output)
-                    }
-                    Err(error) => {
-                        let _ = tx.rollback().await;
-                        Err(error)
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -1,19 +1,19 @@
 //! The router and what surrounds every request: body limit, timeout, request id, tracing,
-//! security headers, and problem+json for errors the framework produces itself.
+//! security headers, CORS, and problem+json for errors the framework produces itself. The API's
+//! routes are one list ([`api_routes`]), which the OpenAPI document is checked against.
 
 use std::{path::Path, time::Duration};
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{MethodRouter, get, post};
-use axum::{Json, Router, middleware};
+use axum::{Router, middleware};
 use base64::Engine;
 use checkout_shared::{
     ErrorCode, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
     PROBLEM_CONTENT_TYPE, Problem,
 };
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tower_http::cors::{Any, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -23,9 +23,10 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-use crate::error::{ApiError, problem_response};
-use crate::keyed::KeyOutcome;
-use crate::{AppState, accounts, demo, events, keys, openapi, payments, refunds, sessions};
+use crate::api::keyed::KeyOutcome;
+use crate::api::problem::problem_response;
+use crate::api::state::AppState;
+use crate::api::{accounts, demo, events, health, keys, openapi, payments, refunds, sessions};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Longer than any transaction should take; a request cut here rolls back, and its retry
@@ -134,7 +135,7 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
             "/api/demo/checkout-session",
             post(demo::create_checkout_session),
         ),
-        ("GET", "/healthz", get(healthz)),
+        ("GET", "/healthz", get(health::healthz)),
         ("GET", "/api/openapi.json", get(openapi::document)),
     ]
 }
@@ -174,29 +175,15 @@ async fn measured(request: Request, next: middleware::Next) -> Response {
     let response = next.run(request).await;
     let outcome = response.extensions().get::<KeyOutcome>().copied();
     if let Some(outcome) = outcome {
-        crate::metrics::keyed_request(&route, outcome);
+        crate::metrics::keyed_request(&route, outcome.as_str());
     }
     crate::metrics::request_answered(
         &route,
-        outcome,
+        outcome.map(KeyOutcome::as_str),
         response.status().as_u16(),
         started.elapsed(),
     );
     response
-}
-
-/// `GET /healthz`: `200` when the database answers.
-#[utoipa::path(
-    get, path = "/healthz", operation_id = "healthz", tag = "operations",
-    summary = "Liveness: 200 when the database answers",
-    responses(
-        (status = 200, description = "`{\"status\": \"ok\"}`", content_type = "application/json"),
-        (status = 503, description = "`service_unavailable`: the database does not answer", body = checkout_shared::Problem, content_type = "application/problem+json"),
-    ),
-)]
-pub async fn healthz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    app.store.ping().await?;
-    Ok(Json(serde_json::json!({ "status": "ok" })))
 }
 
 /// Errors made outside our handlers (unknown route `404`, `405`, the body limit's `413`, the
@@ -289,7 +276,10 @@ fn inline_scripts(html: &str) -> impl Iterator<Item = &str> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
+    use utoipa::OpenApi;
 
     #[test]
     fn only_inline_scripts_are_hashed() {
@@ -298,5 +288,21 @@ mod tests {
 </script></head>"#;
         let found: Vec<_> = inline_scripts(html).collect();
         assert_eq!(found, ["import init from '/a.js';init();", "\n"]);
+    }
+
+    #[test]
+    fn the_document_lists_every_route_the_router_serves_and_nothing_else() {
+        let document = serde_json::to_value(crate::api::openapi::ApiDoc::openapi()).unwrap();
+        let mut documented = BTreeSet::new();
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                documented.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+        let served: BTreeSet<(String, String)> = api_routes()
+            .into_iter()
+            .map(|(method, path, _)| (method.to_owned(), path.to_owned()))
+            .collect();
+        assert_eq!(documented, served);
     }
 }

@@ -49,7 +49,7 @@ pub fn spawn(
 pub async fn expire_sessions(store: &Store) -> Result<usize, StoreError> {
     let mut total = 0;
     loop {
-        let expired = crate::events::expire_sessions(store, now_ms(), BATCH).await?;
+        let expired = crate::operations::events::expire_sessions(store, now_ms(), BATCH).await?;
         total += expired;
         if expired < BATCH as usize {
             return Ok(total);

@@ -4,70 +4,21 @@
 //! lock, then the refund is debited from it, guarded. Shop refunds queue on that row; payments
 //! to the shop never do.
 
-use axum::extract::State;
-use axum::response::Response;
 use checkout_idempotency::{Claim, Decision, Operation};
-use checkout_shared::{CreateRefund, ErrorCode, Problem, Refund, validate_amount};
+use checkout_shared::{ErrorCode, Problem, Refund};
 
-use crate::AppState;
-use crate::accounts::Principal;
-use crate::clock;
-use crate::error::ApiError;
-use crate::events;
-use crate::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
-use crate::ids;
-use crate::keyed::{self, Asked};
-use crate::payments::not_found;
+use crate::operations::answers;
+use crate::operations::error::ApiError;
+use crate::operations::events;
+use crate::operations::payments::not_found;
 use crate::store::{EntryKind, LedgerEntry, NewRefund, Refunded, Tx};
+use crate::{clock, ids};
 
 /// A validated refund request.
 #[derive(Debug)]
 pub struct RefundOrder {
     pub payment_id: String,
     pub amount: i64,
-}
-
-/// `POST /api/payments/{payment_id}/refunds`
-#[utoipa::path(
-    post, path = "/api/payments/{payment_id}/refunds", operation_id = "create_refund", tag = "payments",
-    summary = "Refund (part of) a payment (its shop)",
-    description = "Moves the amount back from the shop to the shopper, at most once per key; refunds never exceed their payment.",
-    params(("payment_id" = String, Path, description = "`pay_…`"), ("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
-    request_body = CreateRefund,
-    responses(
-        (status = 201, description = "The refund", body = checkout_shared::Refund, headers(
-                ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
-                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
-            )),
-        (status = 400, description = "`invalid_request`: a malformed body, header or key", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 401, description = "`unauthorized`: no valid bearer credential", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 409, description = "`idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`)", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 422, description = "`idempotency_key_reused`: this key was first used with another request", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 503, description = "`service_unavailable`: the database is unavailable; nothing was done, retry with the same key", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 402, description = "`insufficient_funds`: the shop's balance is short", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: not the payment's shop", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`refund_exceeds_payment`: more than is left to refund (`refundable` says how much)", body = checkout_shared::Problem, content_type = "application/problem+json"),
-    ),
-    security(("shop_secret_key" = []))
-)]
-pub async fn create(
-    State(app): State<AppState>,
-    principal: Principal,
-    PaymentIdPath(payment_id): PaymentIdPath,
-    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    body: JsonBody<CreateRefund>,
-) -> Result<Response, ApiError> {
-    let shop = principal.as_shop()?;
-    let route = format!("/api/payments/{payment_id}/refunds");
-    validate_amount(body.value.amount).map_err(ApiError::InvalidRequest)?;
-    let order = RefundOrder {
-        payment_id,
-        amount: body.value.amount,
-    };
-    let canonical = serde_json::json!({ "amount": order.amount });
-    let asked = Asked {
-        route: &route,
-        body: &canonical,
-        location: None,
-    };
-    keyed::execute(&app, shop, &key, asked, order).await
 }
 
 /// The business step of a refund, inside the protocol's transaction.
@@ -100,7 +51,7 @@ impl Operation<Tx> for RefundOrder {
             );
             problem.payment_id = Some(self.payment_id.clone());
             problem.refundable = Some(refundable);
-            return Ok(Decision::Respond(keyed::declined(&problem)));
+            return Ok(Decision::Respond(answers::declined(&problem)));
         };
         // Never below zero: every credit committed so far folded in, then the guarded debit.
         let folded = tx.fold_credits(shop).await?;
@@ -116,7 +67,7 @@ impl Operation<Tx> for RefundOrder {
                 ),
             );
             problem.balance = Some(folded);
-            return Ok(Decision::Respond(keyed::declined(&problem)));
+            return Ok(Decision::Respond(answers::declined(&problem)));
         };
         tx.credit(&shopper, self.amount).await?;
         let refund_id = ids::new_id("ref_");
@@ -158,7 +109,7 @@ impl Operation<Tx> for RefundOrder {
         };
         // The shop hears of it too, from the outbox, even if this answer is lost.
         events::refund_succeeded(tx, shop, &refund, &order_id, &currency, claim.now_ms).await?;
-        Ok(Decision::Respond(keyed::created(&Refund {
+        Ok(Decision::Respond(answers::created(&Refund {
             balance: Some(balance),
             ..refund
         })))

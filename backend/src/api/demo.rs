@@ -1,87 +1,24 @@
-//! Demo mode (`CHECKOUT_DEMO=1`): fresh shoppers holding 1 000,00 ₽, and one demo shop whose
-//! carts become checkout sessions made here, on the server, exactly as a shop's server makes
-//! them (the browser names a cart, never an amount). The demo shop's secret key is new at every
-//! start and handed over only through a file (`CHECKOUT_DEMO_SHOP_FILE`), never an endpoint.
+//! Demo mode's endpoints: `POST /api/demo/session` (a fresh demo shopper) and
+//! `POST /api/demo/checkout-session` (a session of the demo shop for one of its carts).
 
-use std::path::Path;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use std::sync::Arc;
-
 use checkout_idempotency::{KeyedRequest, NoHooks, Outcome};
 use checkout_shared::{
     CheckoutSession, CreateCheckoutSession, DemoCart, DemoSession, LineItem, ShopView,
 };
 
-use crate::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
-use crate::error::ApiError;
-use crate::extract::JsonBody;
-use crate::sessions::{self, NewCheckoutSession};
-use crate::shops::{self, NewShop, ShopError};
-use crate::store::{AccountKind, EntryKind, LedgerEntry, Store};
-use crate::{AppState, accounts, clock, ids};
-
-/// A demo shopper's opening balance: 1 000,00 ₽.
-pub const DEMO_OPENING_BALANCE: i64 = 100_000;
-pub const DEMO_SHOP_ID: &str = "shop_demo";
-pub const DEMO_SHOP_ACCOUNT: &str = "acc_demo_shop";
-pub const DEMO_SHOP_NAME: &str = "Кофейня «Зерно»";
-
-/// The demo shop, made if missing, with a new secret key; written to `credentials` (readable by
-/// its owner only) when given, for the demo shop's own process.
-pub async fn provision_shop(
-    store: &Store,
-    credentials: Option<&Path>,
-    webhook_url: Option<&str>,
-) -> Result<NewShop, ShopError> {
-    let shop = shops::ensure_with_new_key(
-        store,
-        DEMO_SHOP_ID,
-        DEMO_SHOP_ACCOUNT,
-        DEMO_SHOP_NAME,
-        webhook_url,
-    )
-    .await?;
-    if let Some(path) = credentials {
-        write_private(
-            path,
-            &serde_json::to_string(&shop).expect("credentials serialize"),
-        )
-        .map_err(|e| ShopError::Credentials(format!("{}: {e}", path.display())))?;
-    }
-    Ok(shop)
-}
-
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    #[cfg(unix)]
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    options.mode(0o600);
-    options.open(path)?.write_all(text.as_bytes())
-}
-
-/// The demo shop's carts, in turn: the second costs more than what is left after the first, so
-/// a demo shows a decline too.
-pub fn cart(number: u32) -> Vec<LineItem> {
-    let item = |name: &str, quantity, unit_price| LineItem {
-        name: name.into(),
-        quantity,
-        unit_price,
-    };
-    match number % 3 {
-        0 => vec![
-            item("Кофе в зёрнах «Эфиопия», 250 г", 2, 15_000),
-            item("Фильтры для пуровера, 100 шт.", 1, 15_000),
-        ],
-        1 => vec![item("Кофемолка ручная", 1, 70_000)],
-        _ => vec![item("Шоколад горький 72 %", 3, 4_000)],
-    }
-}
+use crate::api::AppState;
+use crate::api::extract::JsonBody;
+use crate::api::sessions;
+use crate::operations::accounts::{self, DEFAULT_CURRENCY};
+use crate::operations::demo::{self, DEMO_SHOP_ACCOUNT, DEMO_SHOP_NAME, cart};
+use crate::operations::error::ApiError;
+use crate::operations::sessions::NewCheckoutSession;
+use crate::store::AccountKind;
 
 fn demo_only(app: &AppState) -> Result<(), ApiError> {
     if app.demo {
@@ -105,35 +42,7 @@ fn demo_only(app: &AppState) -> Result<(), ApiError> {
 )]
 pub async fn create_shopper(State(app): State<AppState>) -> Result<Json<DemoSession>, ApiError> {
     demo_only(&app)?;
-    let account_id = ids::new_id("acc_");
-    let token = new_secret("tok_");
-    let now_ms = clock::now_ms();
-    let (account, hash) = (account_id.clone(), token_hash(&token));
-    app.store
-        .write(move |tx| {
-            Box::pin(async move {
-                tx.insert_account(
-                    &account,
-                    &hash,
-                    AccountKind::Shopper,
-                    DEFAULT_CURRENCY,
-                    DEMO_OPENING_BALANCE,
-                    now_ms,
-                )
-                .await?;
-                tx.insert_ledger(&LedgerEntry {
-                    account_id: &account,
-                    amount: DEMO_OPENING_BALANCE,
-                    kind: EntryKind::Opening,
-                    claim: None,
-                    payment_id: None,
-                    refund_id: None,
-                    created_at: now_ms,
-                })
-                .await
-            })
-        })
-        .await?;
+    let (token, account_id) = demo::new_shopper(&app.store).await?;
     Ok(Json(DemoSession { token, account_id }))
 }
 

@@ -8,10 +8,10 @@ use axum::extract::{Path, State};
 use checkout_idempotency::KeyStatus;
 use checkout_shared::{IdempotencyKey, KeyState};
 
-use crate::AppState;
-use crate::accounts::Principal;
+use crate::api::AppState;
 use crate::clock;
-use crate::error::ApiError;
+use crate::operations::accounts::Principal;
+use crate::operations::error::ApiError;
 
 #[utoipa::path(
     get, path = "/api/idempotency-keys/{key}", operation_id = "get_idempotency_key", tag = "idempotency keys",

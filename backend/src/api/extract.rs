@@ -7,10 +7,10 @@ use axum::http::{StatusCode, header, request::Parts};
 use checkout_shared::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey, KeyError};
 use serde::de::DeserializeOwned;
 
-use crate::AppState;
-use crate::accounts::{Principal, token_hash};
-use crate::error::ApiError;
+use crate::api::AppState;
 use crate::ids;
+use crate::operations::accounts::{Principal, token_hash};
+use crate::operations::error::ApiError;
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;

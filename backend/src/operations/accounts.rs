@@ -5,13 +5,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::Json;
-use axum::extract::State;
-use checkout_shared::Account;
 use sha2::{Digest, Sha256};
 
-use crate::AppState;
-use crate::error::ApiError;
+use crate::operations::error::ApiError;
 use crate::store::{AccountKind, Store};
 
 pub const DEFAULT_CURRENCY: &str = "RUB";
@@ -105,32 +101,6 @@ impl PrincipalCache {
 /// stolen copy of the database useless for logging in.
 pub fn token_hash(token: &str) -> String {
     format!("{:x}", Sha256::digest(token.as_bytes()))
-}
-
-/// `GET /api/account`
-#[utoipa::path(
-    get, path = "/api/account", operation_id = "get_account", tag = "accounts",
-    summary = "The caller's account and balance",
-    responses(
-        (status = 200, description = "The account", body = checkout_shared::Account),
-        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
-    ),
-    security(("shopper_token" = []), ("shop_secret_key" = []))
-)]
-pub async fn get(
-    State(app): State<AppState>,
-    principal: Principal,
-) -> Result<Json<Account>, ApiError> {
-    let row = app
-        .store
-        .account(&principal.account_id)
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
-    Ok(Json(Account {
-        account_id: row.account_id,
-        balance: row.balance,
-        currency: row.currency,
-    }))
 }
 
 /// A new random credential: `prefix` and 244 random bits in hex.

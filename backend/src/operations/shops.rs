@@ -5,9 +5,9 @@
 use base64::Engine;
 use serde::Serialize;
 
-use crate::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
 use crate::clock;
 use crate::ids;
+use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
 use crate::store::{AccountKind, ShopRow, Store, StoreError};
 
 /// What `shop add` prints, as one JSON line: the only time the secrets are shown.
@@ -89,16 +89,19 @@ fn new_signing_secret() -> String {
     )
 }
 
+/// A shop's name and, if it has one, its webhook URL, as an operator gives them.
+fn validate(name: &str, webhook_url: Option<&str>) -> Result<(), ShopError> {
+    validate_name(name)?;
+    webhook_url.map_or(Ok(()), validate_webhook_url)
+}
+
 /// Adds a shop: its account (balance 0) and its secrets, in one transaction.
 pub async fn add(
     store: &Store,
     name: &str,
     webhook_url: Option<&str>,
 ) -> Result<NewShop, ShopError> {
-    validate_name(name)?;
-    if let Some(url) = webhook_url {
-        validate_webhook_url(url)?;
-    }
+    validate(name, webhook_url)?;
     let shop = ShopRow {
         shop_id: ids::new_id("shop_"),
         account_id: ids::new_id("acc_"),
@@ -141,10 +144,7 @@ pub async fn ensure_with_new_key(
     name: &str,
     webhook_url: Option<&str>,
 ) -> Result<NewShop, ShopError> {
-    validate_name(name)?;
-    if let Some(url) = webhook_url {
-        validate_webhook_url(url)?;
-    }
+    validate(name, webhook_url)?;
     let secret_key = new_secret("sk_");
     let (shop_id, account_id, name) = (shop_id.to_owned(), account_id.to_owned(), name.to_owned());
     let webhook_url = webhook_url.map(str::to_owned);

@@ -1,126 +1,20 @@
-//! Events to the shops, the outbox side: each is written in the transaction of the change it
-//! tells of (a payment, a refund), so there is no event without its change and no change without
-//! its event; [`crate::delivery`] sends them. A shop lists its events and asks for one again.
+//! The shop's events: `GET /api/events`, `GET /api/events/{event_id}`, and
+//! `POST /api/events/{event_id}/redelivery`.
 
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use checkout_shared::{EventBody, EventList, EventView, Payment, Refund};
+use checkout_shared::{EventList, EventView};
 use serde::Deserialize;
-use serde_json::json;
 
-use crate::accounts::Principal;
-use crate::error::ApiError;
-use crate::extract::EventIdPath;
-use crate::store::{EventRow, NewEvent, Store, StoreError, Tx};
-use crate::{AppState, clock, ids};
-
-pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
-pub const REFUND_SUCCEEDED: &str = "refund.succeeded";
-pub const SESSION_EXPIRED: &str = "checkout_session.expired";
+use crate::api::AppState;
+use crate::api::extract::EventIdPath;
+use crate::operations::accounts::Principal;
+use crate::operations::error::ApiError;
+use crate::operations::events::view;
 
 /// A page of `GET /api/events` holds at most this many.
 const MAX_PAGE: i64 = 100;
-
-/// Records `payment.succeeded` for the shop paid, in the payment's transaction.
-pub async fn payment_succeeded(
-    tx: &mut Tx,
-    shop_account_id: &str,
-    payment: &Payment,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let data = serde_json::to_value(payment).expect("a payment serializes");
-    record(
-        tx,
-        shop_account_id,
-        PAYMENT_SUCCEEDED,
-        &payment.payment_id,
-        data,
-        now_ms,
-    )
-    .await
-}
-
-/// Records `refund.succeeded` for the refunding shop, in the refund's transaction. Its subject
-/// is the payment, so that it is never delivered before the payment's own event.
-pub async fn refund_succeeded(
-    tx: &mut Tx,
-    shop_account_id: &str,
-    refund: &Refund,
-    order_id: &str,
-    currency: &str,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let mut data = serde_json::to_value(refund).expect("a refund serializes");
-    data["order_id"] = json!(order_id);
-    data["currency"] = json!(currency);
-    record(
-        tx,
-        shop_account_id,
-        REFUND_SUCCEEDED,
-        &refund.payment_id,
-        data,
-        now_ms,
-    )
-    .await
-}
-
-/// Marks lapsed sessions expired and records `checkout_session.expired` for each, in one
-/// transaction per batch; returns how many.
-pub async fn expire_sessions(store: &Store, now_ms: i64, batch: i64) -> Result<usize, StoreError> {
-    store
-        .write(move |tx| {
-            Box::pin(async move {
-                let expired = tx.expire_sessions(now_ms, batch).await?;
-                for session in &expired {
-                    let data = json!({
-                        "session_id": session.session_id,
-                        "order_id": session.order_id,
-                        "amount": session.amount,
-                        "currency": session.currency,
-                        "status": "expired",
-                        "expires_at": clock::rfc3339(session.expires_at),
-                    });
-                    record(
-                        tx,
-                        &session.shop_account_id,
-                        SESSION_EXPIRED,
-                        &session.session_id,
-                        data,
-                        now_ms,
-                    )
-                    .await?;
-                }
-                Ok(expired.len())
-            })
-        })
-        .await
-}
-
-async fn record(
-    tx: &mut Tx,
-    shop_account_id: &str,
-    event_type: &str,
-    subject_id: &str,
-    data: serde_json::Value,
-    now_ms: i64,
-) -> Result<(), StoreError> {
-    let body = checkout_shared::EventBody {
-        event_type: event_type.to_owned(),
-        timestamp: clock::rfc3339(now_ms),
-        data,
-    };
-    let body = serde_json::to_string(&body).expect("an event serializes");
-    tx.insert_event(&NewEvent {
-        event_id: &ids::new_id("evt_"),
-        shop_account_id,
-        event_type,
-        subject_id,
-        body: &body,
-        created_at: now_ms,
-    })
-    .await
-}
 
 #[derive(Debug, Deserialize)]
 pub struct Page {
@@ -253,20 +147,4 @@ pub async fn redeliver(
 
 fn not_found() -> ApiError {
     ApiError::NotFound("there is no such event for this shop".into())
-}
-
-fn view(row: &EventRow) -> Result<EventView, ApiError> {
-    let body: EventBody = serde_json::from_str(&row.body)
-        .map_err(|e| StoreError::Other(format!("event {}: {e}", row.event_id).into()))?;
-    Ok(EventView {
-        event_id: row.event_id.clone(),
-        event_type: row.event_type.clone(),
-        created_at: clock::rfc3339(row.created_at),
-        status: row.status.clone(),
-        attempts: row.attempts,
-        next_attempt_at: (row.status == "pending").then(|| clock::rfc3339(row.next_attempt_at)),
-        last_error: row.last_error.clone(),
-        delivered_at: row.delivered_at.map(clock::rfc3339),
-        body,
-    })
 }

@@ -1,6 +1,9 @@
 //! Keyed requests over HTTP: a handler hands its validated operation to the protocol
-//! (`checkout-idempotency`) and gets back the HTTP answer of its outcome.
+//! (`checkout-idempotency`) and gets back the HTTP answer of its outcome. And how the API's
+//! document describes every keyed POST alike: its `Idempotency-Key` header and the problems
+//! any of them may answer.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -10,13 +13,16 @@ use checkout_shared::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENT_REPLAYED_HEADER, IdempotencyKey,
     PROBLEM_CONTENT_TYPE, Problem,
 };
-use serde::Serialize;
 use serde_json::Value;
 use tracing::Span;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::response::{Response as DocResponse, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required};
+use utoipa::{IntoParams, IntoResponses};
 
-use crate::AppState;
-use crate::accounts::Principal;
-use crate::error::ApiError;
+use crate::api::AppState;
+use crate::operations::accounts::Principal;
+use crate::operations::error::ApiError;
 use crate::store::Tx;
 
 /// How a keyed request was answered. Recorded on the request's trace span and set as a
@@ -172,19 +178,58 @@ fn with_outcome(mut response: Response, outcome: KeyOutcome) -> Response {
     response
 }
 
-/// A success to store under the key.
-pub fn created(value: &impl Serialize) -> StoredResponse {
-    StoredResponse {
-        status: StatusCode::CREATED.as_u16(),
-        body: serde_json::to_string(value).expect("responses serialize"),
+/// The answers every keyed POST may give besides its own: a bad request, no credential, the
+/// key in flight, the key reused for another request, the database away. Declared once; each
+/// keyed operation lists this, then what is particular to it (a later entry of the same status
+/// wins, so an operation's own `409` is what its document says).
+pub struct KeyedProblems;
+
+impl IntoResponses for KeyedProblems {
+    fn responses() -> BTreeMap<String, RefOr<DocResponse>> {
+        [
+            ("400", "`invalid_request`: a malformed body, header or key"),
+            ("401", "`unauthorized`: no valid bearer credential"),
+            ("409", "`idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`)"),
+            ("422", "`idempotency_key_reused`: this key was first used with another request"),
+            ("503", "`service_unavailable`: the database is unavailable; nothing was done, retry with the same key"),
+        ]
+        .into_iter()
+        .map(|(status, description)| (status.to_owned(), RefOr::T(problem(description))))
+        .collect()
     }
 }
 
-/// A decline that is the outcome of the key (`402`, `409 order_already_paid`, …): stored and
-/// replayed like a success, so that a retry gets the same answer.
-pub fn declined(problem: &Problem) -> StoredResponse {
-    StoredResponse {
-        status: problem.status,
-        body: serde_json::to_string(problem).expect("problems serialize"),
+/// A problem+json answer with this description.
+pub fn problem(description: &str) -> DocResponse {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            checkout_shared::PROBLEM_CONTENT_TYPE,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
+}
+
+/// The `Idempotency-Key` header every keyed POST takes.
+pub struct IdempotencyKeyParam;
+
+impl IntoParams for IdempotencyKeyParam {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![
+            ParameterBuilder::new()
+                .name(checkout_shared::IDEMPOTENCY_KEY_HEADER)
+                .parameter_in(ParameterIn::Header)
+                .required(Required::True)
+                .description(Some(
+                    "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.",
+                ))
+                .schema(Some(
+                    utoipa::openapi::ObjectBuilder::new()
+                        .schema_type(utoipa::openapi::schema::Type::String),
+                ))
+                .build(),
+        ]
     }
 }

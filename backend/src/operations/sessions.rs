@@ -5,23 +5,18 @@
 
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::State;
-use axum::response::Response;
 use checkout_idempotency::{Claim, Decision, Operation};
 use checkout_shared::{
     CheckoutSession, CheckoutSessionStatus, CreateCheckoutSession, ErrorCode, LineItem, Problem,
     ShopView, validate_amount, validate_currency, validate_order_id,
 };
 
-use crate::accounts::Principal;
-use crate::error::ApiError;
-use crate::extract::{IdempotencyKeyHeader, JsonBody, SessionIdPath, not_a_session};
-use crate::keyed::{self, Asked};
+use crate::operations::accounts::Principal;
+use crate::operations::answers;
+use crate::operations::error::ApiError;
 use crate::store::{NewSession, SessionRow, Tx};
-use crate::{AppState, clock, ids};
+use crate::{clock, ids};
 
-pub const ROUTE: &str = "/api/checkout-sessions";
 const MAX_ITEMS: usize = 100;
 const MAX_TEXT: usize = 500;
 
@@ -116,45 +111,6 @@ fn text(value: &str, what: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `POST /api/checkout-sessions`
-#[utoipa::path(
-    post, path = "/api/checkout-sessions", operation_id = "create_checkout_session", tag = "checkout sessions",
-    summary = "Create a checkout session (a shop, with its secret key)",
-    description = "What the shop asks to be paid: an order id (one session per order), the amount in kopecks and its items. Keyed: a retry with the same key and body returns the same session.",
-    params(("Idempotency-Key" = String, Header, description = "Names one intent: 1–255 visible ASCII characters (a UUID v4 is usual). Resend the same key with the same body on every retry; a new intent gets a new key.")),
-    request_body = CreateCheckoutSession,
-    responses(
-        (status = 201, description = "The session; `Location` names it", body = checkout_shared::CheckoutSession, headers(
-                ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
-                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
-            )),
-        (status = 400, description = "`invalid_request`: a malformed body, header or key", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 401, description = "`unauthorized`: no valid bearer credential", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 409, description = "`idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`)", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 422, description = "`idempotency_key_reused`: this key was first used with another request", body = checkout_shared::Problem, content_type = "application/problem+json"), (status = 503, description = "`service_unavailable`: the database is unavailable; nothing was done, retry with the same key", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: a shopper's token, not a shop's secret key", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`order_session_exists`: this order has a session already (`checkout_session_id` names it)", body = checkout_shared::Problem, content_type = "application/problem+json"),
-    ),
-    security(("shop_secret_key" = []))
-)]
-pub async fn create(
-    State(app): State<AppState>,
-    principal: Principal,
-    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    body: JsonBody<CreateCheckoutSession>,
-) -> Result<Response, ApiError> {
-    let shop = principal.as_shop()?;
-    let session = NewCheckoutSession::validate(shop, body.value, app.session_ttl)?;
-    let asked = Asked {
-        route: ROUTE,
-        body: &session.canonical(),
-        location: Some(location),
-    };
-    keyed::execute(&app, shop, &key, asked, session).await
-}
-
-/// Where a new session is read.
-pub fn location(session: &serde_json::Value) -> Option<String> {
-    Some(format!("{ROUTE}/{}", session["session_id"].as_str()?))
-}
-
 /// The business step of a session, inside the protocol's transaction: the session row, or the
 /// order's existing session (another key for the same order gets it, as a stored `409`).
 impl Operation<Tx> for NewCheckoutSession {
@@ -193,9 +149,9 @@ impl Operation<Tx> for NewCheckoutSession {
                 ),
             );
             problem.checkout_session_id = Some(existing);
-            return Ok(Decision::Respond(keyed::declined(&problem)));
+            return Ok(Decision::Respond(answers::declined(&problem)));
         }
-        Ok(Decision::Respond(keyed::created(&CheckoutSession {
+        Ok(Decision::Respond(answers::created(&CheckoutSession {
             session_id,
             shop: None,
             order_id: self.order_id.clone(),
@@ -208,29 +164,6 @@ impl Operation<Tx> for NewCheckoutSession {
             payment_id: None,
         })))
     }
-}
-
-/// `GET /api/checkout-sessions/{session_id}`: for anyone holding the id (128 random bits): what
-/// the widget renders. No secrets in it.
-#[utoipa::path(
-    get, path = "/api/checkout-sessions/{session_id}", operation_id = "get_checkout_session", tag = "checkout sessions",
-    summary = "Read a checkout session (anyone holding its id)",
-    params(("session_id" = String, Path, description = "`cs_…`")),
-    responses(
-        (status = 200, description = "The session", body = checkout_shared::CheckoutSession),
-        (status = 404, description = "`not_found`: no such session", body = checkout_shared::Problem, content_type = "application/problem+json"),
-    ),
-)]
-pub async fn get(
-    State(app): State<AppState>,
-    SessionIdPath(session_id): SessionIdPath,
-) -> Result<Json<CheckoutSession>, ApiError> {
-    let row = app
-        .store
-        .session(&session_id)
-        .await?
-        .ok_or_else(not_a_session)?;
-    Ok(Json(public_view(row, clock::now_ms())))
 }
 
 /// A session as a widget shows it: an open session past its expiry is expired.

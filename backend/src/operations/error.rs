@@ -1,14 +1,11 @@
-//! The one error type of the API. Every error leaves as an RFC 9457 problem+json body.
+//! The one error type of the checkout: what an operation or a request refuses, as the RFC 9457
+//! problem it is answered with ([`ApiError::problem`]; `api::problem` sends it as
+//! problem+json).
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use checkout_idempotency::{Classify, Failure};
-use checkout_shared::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};
+use checkout_shared::{ErrorCode, Problem};
 
 use crate::store::StoreError;
-
-/// How long a client is asked to wait before retrying a `409` in-use or a `503`.
-pub const RETRY_AFTER_SECS: &str = "1";
 
 /// Errors that are answered but never stored under an idempotency key: they moved no money,
 /// so a retry with the same key runs afresh.
@@ -53,40 +50,34 @@ impl Classify for ApiError {
 }
 
 impl ApiError {
-    fn status_and_code(&self) -> (StatusCode, ErrorCode) {
+    /// Its status and stable code.
+    pub fn status_and_code(&self) -> (u16, ErrorCode) {
         match self {
-            ApiError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest),
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
-            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
-            ApiError::PayloadTooLarge => {
-                (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
-            }
-            ApiError::KeyReused(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                ErrorCode::IdempotencyKeyReused,
-            ),
-            ApiError::KeyInUse => (StatusCode::CONFLICT, ErrorCode::IdempotencyKeyInUse),
-            ApiError::Contended => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::ServiceUnavailable,
-            ),
+            ApiError::InvalidRequest(_) => (400, ErrorCode::InvalidRequest),
+            ApiError::Unauthorized => (401, ErrorCode::Unauthorized),
+            ApiError::Forbidden(_) => (403, ErrorCode::Forbidden),
+            ApiError::NotFound(_) => (404, ErrorCode::NotFound),
+            ApiError::PayloadTooLarge => (413, ErrorCode::PayloadTooLarge),
+            ApiError::KeyReused(_) => (422, ErrorCode::IdempotencyKeyReused),
+            ApiError::KeyInUse => (409, ErrorCode::IdempotencyKeyInUse),
+            ApiError::Contended => (503, ErrorCode::ServiceUnavailable),
             ApiError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError)
+                (500, ErrorCode::InternalError)
             }
-            ApiError::Store(_) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::ServiceUnavailable,
-            ),
+            ApiError::Store(_) => (503, ErrorCode::ServiceUnavailable),
         }
     }
-}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+    /// Whether the same request may simply be sent again later (`Retry-After`).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.status_and_code().0, 409 | 503)
+    }
+
+    /// The problem the caller reads: its detail says what happened and what a retry does, never
+    /// the database's words (those are for the log).
+    pub fn problem(&self) -> Problem {
         let (status, code) = self.status_and_code();
-        let detail = match &self {
-            // The database's words are for the log, not for the client.
+        let detail = match self {
             ApiError::Store(error) => {
                 tracing::error!(%error, "store error");
                 match error {
@@ -104,8 +95,8 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut problem = Problem::new(status.as_u16(), code, detail);
-        if let ApiError::KeyReused(fields) = &self {
+        let mut problem = Problem::new(status, code, detail);
+        if let ApiError::KeyReused(fields) = self {
             problem.detail = match fields.as_slice() {
                 [] => "this Idempotency-Key was first used on another route or method; make a new key for a new request".into(),
                 fields => format!(
@@ -115,20 +106,6 @@ impl IntoResponse for ApiError {
             };
             problem.fields = Some(fields.clone());
         }
-        let mut response = problem_response(&problem);
-        if status == StatusCode::CONFLICT || status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECS),
-            );
-        }
-        response
+        problem
     }
-}
-
-/// A problem+json response with the problem's own status.
-pub fn problem_response(problem: &Problem) -> Response {
-    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = serde_json::to_string(problem).expect("a problem always serializes");
-    (status, [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)], body).into_response()
 }

@@ -1,0 +1,25 @@
+//! The HTTP API, the top floor: the router and what surrounds every request ([`router`]), what
+//! every handler can reach ([`state`]), what handlers take from a request ([`extract`]), keyed
+//! requests as HTTP answers ([`keyed`]), errors as problems ([`problem`]), the OpenAPI document
+//! ([`openapi`]), `/metrics` on its own address ([`metrics`]), and the thin handlers, one module
+//! per resource: [`sessions`], [`payments`], [`refunds`], [`keys`], [`events`], [`accounts`],
+//! [`demo`].
+
+pub mod accounts;
+pub mod demo;
+pub mod events;
+pub mod extract;
+pub mod health;
+pub mod keyed;
+pub mod keys;
+pub mod metrics;
+pub mod openapi;
+pub mod payments;
+pub mod problem;
+pub mod refunds;
+pub mod router;
+pub mod sessions;
+pub mod state;
+
+pub use router::{api_routes, router};
+pub use state::AppState;

@@ -1,0 +1,22 @@
+//! What every handler can reach.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use checkout_idempotency::Protocol;
+
+use crate::operations::accounts::PrincipalCache;
+use crate::store::Store;
+
+/// What every handler can reach.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub store: Store,
+    pub protocol: Protocol,
+    pub principals: Arc<PrincipalCache>,
+    pub demo: bool,
+    /// How long a new checkout session can be paid.
+    pub session_ttl: Duration,
+    /// Wakes this instance's webhook delivery (an event was written or asked for again).
+    pub deliveries: Arc<tokio::sync::Notify>,
+}
