@@ -22,13 +22,14 @@ use crate::operations::payments::{Charge, not_found, payment_of};
     params(IdempotencyKeyParam),
     request_body = CreatePayment,
     responses(
-        (status = 201, description = "The payment", body = checkout_shared::Payment, headers(
+        (status = 201, description = "The payment; `Location` names it", body = checkout_shared::Payment, headers(
                 ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
-                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key"),
+                ("Location" = String, description = "Where the payment is read: `/api/payments/{payment_id}`")
             )),
         KeyedProblems,
         (status = 402, description = "`insufficient_funds`: the shopper's balance is short (`balance` says what it was)", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`session_already_paid`: the session was paid (`payment_id` names the payment)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`session_already_paid`: the session was paid (`payment_id` names the payment); the key's stored outcome, replayed. Or `idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`).", body = checkout_shared::Problem, content_type = "application/problem+json"),
         (status = 410, description = "`session_expired`: the session can no longer be paid", body = checkout_shared::Problem, content_type = "application/problem+json"),
     ),
     security(("shopper_token" = []))

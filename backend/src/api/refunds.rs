@@ -27,7 +27,7 @@ use crate::operations::refunds::RefundOrder;
         (status = 402, description = "`insufficient_funds`: the shop's balance is short", body = checkout_shared::Problem, content_type = "application/problem+json"),
         (status = 403, description = "`forbidden`: not the payment's shop", body = checkout_shared::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: no such payment", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`refund_exceeds_payment`: more than is left to refund (`refundable` says how much)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`refund_exceeds_payment`: more than is left to refund (`refundable` says how much); the key's stored outcome, replayed. Or `idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`).", body = checkout_shared::Problem, content_type = "application/problem+json"),
     ),
     security(("shop_secret_key" = []))
 )]

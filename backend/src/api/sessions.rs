@@ -27,11 +27,12 @@ pub const ROUTE: &str = "/api/checkout-sessions";
     responses(
         (status = 201, description = "The session; `Location` names it", body = checkout_shared::CheckoutSession, headers(
                 ("Idempotency-Key-Expires" = String, description = "When the server forgets this key (IMF-fixdate); after it, the same key would run again"),
-                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key")
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with this key"),
+                ("Location" = String, description = "Where the session is read: `/api/checkout-sessions/{session_id}`")
             )),
         KeyedProblems,
         (status = 403, description = "`forbidden`: a shopper's token, not a shop's secret key", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`order_session_exists`: this order has a session already (`checkout_session_id` names it)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`order_session_exists`: this order has a session already (`checkout_session_id` names it); the key's stored outcome, replayed. Or `idempotency_key_in_use`: this key's first request is still executing; retry with the same key (see `Retry-After`).", body = checkout_shared::Problem, content_type = "application/problem+json"),
     ),
     security(("shop_secret_key" = []))
 )]
