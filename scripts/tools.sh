@@ -14,6 +14,7 @@ CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
+AXE_CORE_VERSION=4.14.1
 SCHEMATHESIS_VERSION=4.32.5
 
 say() { printf '==> %s\n' "$*"; }
@@ -89,6 +90,15 @@ has_wasm_opt() {
     [[ "$(version_of "$(wasm_opt)" --version)" == *"version $BINARYEN_VERSION"* ]]
 }
 
+# axe-core: the accessibility engine the browser tests run in the payment frame (a script,
+# not a program: its package.json says which version is there).
+axe_core_dir() { printf '%s\n' "$CHECKOUT_ROOT/tools/node_modules/axe-core"; }
+
+has_axe_core() {
+    [ -f "$(axe_core_dir)/axe.min.js" ] &&
+        grep -q "\"version\": \"$AXE_CORE_VERSION\"" "$(axe_core_dir)/package.json"
+}
+
 schemathesis() { printf '%s\n' "$CHECKOUT_ROOT/tools/venv/bin/st"; }
 
 has_schemathesis() {
@@ -147,11 +157,13 @@ install_tools() {
         verify "installing wasm-bindgen-cli $want" has_wasm_bindgen
     fi
 
-    # wasm-opt: binaryen 132 from npm (Debian's 108 breaks wasm-bindgen's output).
-    if ! has_wasm_opt; then
-        step "installing binaryen $BINARYEN_VERSION (wasm-opt) from npm into tools/" \
+    # wasm-opt: binaryen 132 from npm (Debian's 108 breaks wasm-bindgen's output); axe-core
+    # beside it. One locked `npm ci` brings both.
+    if ! has_wasm_opt || ! has_axe_core; then
+        step "installing binaryen $BINARYEN_VERSION (wasm-opt) and axe-core $AXE_CORE_VERSION from npm into tools/" \
             npm ci --prefix "$CHECKOUT_ROOT/tools" --no-audit --no-fund --silent
         verify "installing binaryen $BINARYEN_VERSION" has_wasm_opt
+        verify "installing axe-core $AXE_CORE_VERSION" has_axe_core
     fi
     # Schemathesis (the schema-driven fuzz), from PyPI into a virtual environment of its own.
     if ! has_schemathesis; then
@@ -159,11 +171,14 @@ install_tools() {
             install_schemathesis
         verify "installing schemathesis $SCHEMATHESIS_VERSION" has_schemathesis
     fi
-    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), $(version_of chromium --version), $(version_of "$(schemathesis)" --version)"
+    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), axe-core $AXE_CORE_VERSION, $(version_of chromium --version), $(version_of "$(schemathesis)" --version)"
 }
 
 # The widget, release-built into dist/: smallest code (opt-level z, LTO, wasm-opt -Oz).
 build_widget() {
-    step "building the widget into dist/" \
+    # Source paths in panic locations, shortened: bytes every shopper would download.
+    local registry="${CARGO_HOME:-$HOME/.cargo}/registry/src/"
+    RUSTFLAGS="--remap-path-prefix=$registry= --remap-path-prefix=$CHECKOUT_ROOT/=" \
+        step "building the widget into dist/" \
         trunk build --offline --release --cargo-profile wasm-release
 }

@@ -31,8 +31,16 @@ pub fn main_with(seams: Seams) -> ExitCode {
     };
     match cli.command {
         Some(Command::Shop {
-            action: ShopCommand::Add { name, webhook_url },
-        }) => return shop_add(&cli.config, &name, webhook_url.as_deref()),
+            action:
+                ShopCommand::Add {
+                    name,
+                    webhook_url,
+                    origins,
+                },
+        }) => return shop_add(&cli.config, &name, webhook_url.as_deref(), &origins),
+        Some(Command::Shop {
+            action: ShopCommand::SetOrigins { shop, origins, .. },
+        }) => return shop_set_origins(&cli.config, &shop, &origins),
         Some(Command::Shop {
             action: ShopCommand::SetWebhook { shop, url, .. },
         }) => return shop_set_webhook(&cli.config, &shop, url.as_deref()),
@@ -75,9 +83,14 @@ pub fn main_with(seams: Seams) -> ExitCode {
 /// `checkout-server shop add`: prints the new shop's secrets as one JSON line on stdout (the
 /// only time they are shown), or one line on stderr. Works beside a running server, on either
 /// database.
-fn shop_add(config: &Config, name: &str, webhook_url: Option<&str>) -> ExitCode {
+fn shop_add(
+    config: &Config,
+    name: &str,
+    webhook_url: Option<&str>,
+    origins: &[String],
+) -> ExitCode {
     operator_command(config, |store| async move {
-        let shop = crate::operations::shops::add(&store, name, webhook_url)
+        let shop = crate::operations::shops::add(&store, name, webhook_url, origins)
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::to_string(&shop).expect("a shop serializes"))
@@ -91,6 +104,16 @@ fn shop_set_webhook(config: &Config, shop_id: &str, url: Option<&str>) -> ExitCo
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::json!({ "shop_id": shop_id, "webhook_url": url }).to_string())
+    })
+}
+
+/// `checkout-server shop set-origins`: one JSON line with the origins the shop has now.
+fn shop_set_origins(config: &Config, shop_id: &str, origins: &[String]) -> ExitCode {
+    operator_command(config, |store| async move {
+        let origins = crate::operations::shops::set_origins(&store, shop_id, origins)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({ "shop_id": shop_id, "origins": origins }).to_string())
     })
 }
 

@@ -41,6 +41,27 @@ pub enum ShopCommand {
         /// demos and tests).
         #[arg(long)]
         webhook_url: Option<String>,
+        /// An origin of the shop's pages (`https://shop.example`) that may frame its payment
+        /// pages; repeat it for each. None: its payment page works as a full page only.
+        #[arg(long = "origin")]
+        origins: Vec<String>,
+    },
+    /// Sets the origins whose pages may frame the shop's payment pages (replacing the ones it
+    /// had), or clears them.
+    SetOrigins {
+        /// The shop's id (`shop_…`).
+        #[arg(long)]
+        shop: String,
+        /// An origin (`https://shop.example`); repeat it for each.
+        #[arg(
+            long = "origin",
+            required_unless_present = "clear",
+            conflicts_with = "clear"
+        )]
+        origins: Vec<String>,
+        /// No origin: the payment page cannot be framed (its full page still works).
+        #[arg(long)]
+        clear: bool,
     },
     /// Sets or clears a shop's webhook URL. Events it has not received yet (waiting for
     /// delivery, or kept while it had none) go to the new URL at once.
@@ -134,6 +155,11 @@ pub struct Config {
     #[arg(long = "demo-shop-webhook-url", env = "CHECKOUT_DEMO_SHOP_WEBHOOK_URL")]
     pub demo_shop_webhook_url: Option<url::Url>,
 
+    /// Demo mode: the origin of the demo shop's pages, which may frame its payment pages
+    /// (unset: the origin of the demo shop's webhook URL).
+    #[arg(long = "demo-shop-origin", env = "CHECKOUT_DEMO_SHOP_ORIGIN")]
+    pub demo_shop_origin: Option<String>,
+
     /// Webhooks: how long one delivery attempt may take.
     #[arg(long = "webhook-timeout-ms", env = "CHECKOUT_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -194,6 +220,15 @@ impl Config {
 
     pub fn session_ttl(&self) -> Duration {
         Duration::from_secs(self.session_ttl_secs)
+    }
+
+    /// Demo mode: the origins whose pages may frame the demo shop's payment pages.
+    pub fn demo_shop_origins(&self) -> Vec<String> {
+        match (&self.demo_shop_origin, &self.demo_shop_webhook_url) {
+            (Some(origin), _) => vec![origin.clone()],
+            (None, Some(url)) => vec![url.origin().ascii_serialization()],
+            (None, None) => Vec::new(),
+        }
     }
 
     pub fn delivery(&self) -> crate::workers::delivery::DeliverySettings {

@@ -88,6 +88,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
             &store,
             config.demo_shop_file.as_deref(),
             config.demo_shop_webhook_url.as_ref().map(|u| u.as_str()),
+            &config.demo_shop_origins(),
         )
         .await?;
     }
@@ -110,7 +111,9 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         demo: config.demo,
         session_ttl: config.session_ttl(),
         deliveries,
+        site: Arc::new(api::assets::Site::open(&config.static_dir)),
     };
+    app.site.warm();
     if let Some(metrics_addr) = config.metrics_addr {
         api::metrics::serve(metrics_addr, app.store.clone())
             .await
@@ -119,7 +122,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
                 source,
             })?;
     }
-    let router = api::router(app, &config.static_dir, seams.routes, seams.wrap);
+    let router = api::router(app, seams.routes, seams.wrap);
 
     tracing::info!(
         database = %config.database_url_redacted(),

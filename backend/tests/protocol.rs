@@ -632,6 +632,7 @@ async fn lapsing_sessions(store: &Store, count: usize, expires_at: i64) -> Vec<S
                         name: "Лавка".into(),
                         webhook_url: None,
                         signing_secret: "whsec_x".into(),
+                        origins: Vec::new(),
                     };
                     tx.insert_shop(&shop, now_ms()).await?;
                 }
@@ -646,6 +647,7 @@ async fn lapsing_sessions(store: &Store, count: usize, expires_at: i64) -> Vec<S
                         items: "[]",
                         expires_at,
                         created_at: expires_at - 60_000,
+                        return_url: None,
                     })
                     .await?;
                 }

@@ -71,6 +71,9 @@ pub struct Config {
     /// `demo-shop hash-password`). Unset: the back office is closed.
     #[arg(long, env = "SHOP_STAFF_PASSWORD_HASH", hide_env_values = true)]
     pub staff_password_hash: Option<String>,
+    /// Where shoppers reach the shop (unset: `http://` and the address it listens on).
+    #[arg(long, env = "SHOP_PUBLIC_URL")]
+    pub public_url: Option<Url>,
 }
 
 /// What every handler can reach.
@@ -82,6 +85,9 @@ pub struct Shop {
     pub inbox_protocol: checkout_idempotency::Protocol,
     /// The staff password's Argon2id hash; `None`: the back office is closed.
     pub staff_password_hash: Option<String>,
+    /// Where shoppers reach this shop (`http://127.0.0.1:3001`): the checkout's full payment page
+    /// sends them back to the order page there.
+    pub public_url: Url,
 }
 
 /// How long the inbox remembers an event: far beyond the checkout's retry schedule (a day).
@@ -155,12 +161,6 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         .map_err(|e| format!("cannot open the database {}: {e}", config.database_url))?;
     let checkout = CheckoutApi::new(config.checkout_url.clone(), config.credentials_file)
         .map_err(|e| format!("cannot read the shop's credentials: {e}"))?;
-    let shop = Shop {
-        store,
-        checkout: Arc::new(checkout),
-        inbox_protocol: checkout_idempotency::Protocol::new(INBOX_RETENTION),
-        staff_password_hash: config.staff_password_hash.clone(),
-    };
     if let Some(addr) = config.metrics_addr {
         serve_metrics(addr).await?;
     }
@@ -168,6 +168,17 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.addr))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let public_url = match config.public_url.clone() {
+        Some(url) => url,
+        None => Url::parse(&format!("http://{addr}/")).map_err(|e| e.to_string())?,
+    };
+    let shop = Shop {
+        store,
+        checkout: Arc::new(checkout),
+        inbox_protocol: checkout_idempotency::Protocol::new(INBOX_RETENTION),
+        staff_password_hash: config.staff_password_hash.clone(),
+        public_url,
+    };
     tracing::info!(
         checkout = %config.checkout_url,
         "listening on http://{addr}"

@@ -53,6 +53,12 @@ pub async fn open_session(shop: &Shop, order: Order) -> Result<Order, ShopError>
         currency: None,
         description: Some(format!("Заказ {}", order.id)),
         items: Some(order.items.clone()),
+        // The checkout's full payment page (a shopper without the frame) comes back here.
+        return_url: shop
+            .public_url
+            .join(&format!("orders/{}", order.id))
+            .ok()
+            .map(String::from),
     };
     let session_id = match shop
         .checkout

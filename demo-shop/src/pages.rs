@@ -7,13 +7,14 @@ use time::macros::format_description;
 
 pub const SHOP_NAME: &str = "Кофейня «Зерно»";
 
-/// A strict policy that lets in exactly the checkout's widget: its script, its styles, its
-/// WebAssembly (compiled, never `eval`) and its API calls, from the checkout's origin only.
+/// A strict policy that lets in exactly the checkout: its loader script and its payment page in
+/// a frame, from the checkout's origin only. Everything else (styles, the page's own script,
+/// its calls) is the shop's own; nothing inline.
 pub fn content_security_policy(checkout_origin: &str) -> String {
     format!(
-        "default-src 'none'; script-src 'self' {checkout_origin} 'wasm-unsafe-eval'; \
-         style-src 'self' {checkout_origin}; connect-src 'self' {checkout_origin}; \
-         img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        "default-src 'none'; script-src 'self' {checkout_origin}; frame-src {checkout_origin}; \
+         style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+         form-action 'self'; frame-ancestors 'none'"
     )
 }
 

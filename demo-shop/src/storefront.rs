@@ -91,7 +91,7 @@ pub async fn order_page(
                     }
                     // The page's own script first: it listens before the widget can speak.
                     script type="module" src="/assets/shop.js" {}
-                    script type="module" src=(format!("{}checkout.js", shop.checkout.base())) {}
+                    script src=(format!("{}v1/checkout.js", shop.checkout.base())) {}
                 },
                 (_, None) => {
                     section.panel {

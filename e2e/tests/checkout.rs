@@ -217,7 +217,7 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
     // A second tab opened from the first gets a copy of its sessionStorage: the same intent,
     // in flight. It resends the same key while the first tab's request is still executing.
     let first_tab = c.browser.window().await.unwrap();
-    c.js("window.open(location.href, '_blank');").await;
+    c.on_the_page("window.open(location.href, '_blank');").await;
     let second_tab = c
         .browser
         .windows()
@@ -227,6 +227,7 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
         .find(|w| *w != first_tab)
         .expect("a second tab");
     c.browser.switch_to_window(second_tab).await.unwrap();
+    c.enter_widget().await;
     let receipt = c.assert_paid_once().await;
     assert_eq!(
         c.payment_key().await,
@@ -234,6 +235,7 @@ async fn second_tab_with_the_same_order_ends_on_one_receipt(c: Checkout) -> Chec
         "the second tab used the first tab's key"
     );
     c.browser.switch_to_window(first_tab).await.unwrap();
+    c.enter_widget().await;
     assert_eq!(
         c.wait_for_text(".payment-id", "pay_").await,
         receipt,
@@ -287,7 +289,7 @@ async fn decline_is_shown_kept_and_a_smaller_purchase_succeeds(c: Checkout) -> C
     assert_eq!(api.balance().await, 30_000);
 
     // The shop's page heard the decline, and its order still waits.
-    c.wait_for_text("#order-state", "Оплата не прошла").await;
+    c.wait_for_order_state("Оплата не прошла").await;
     let declined_order = c.order_id().await;
     assert_eq!(
         c.shop
@@ -342,15 +344,20 @@ async fn server_killed_while_retrying_ends_on_one_receipt(mut c: Checkout) -> Ch
 }
 
 async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -> Checkout {
-    // The widget's own page keeps its policy…
-    let page = c.server.api().get("/").await;
+    // The payment page keeps its policy (framed by the demo shop's origin only)…
+    let session = c.shop_session("ORD-CSP", 100).await;
+    let page = c.server.api().get(&format!("/pay/{session}")).await;
     let policy = page.headers["content-security-policy"].clone();
     assert!(
         policy.contains("script-src 'self' 'wasm-unsafe-eval' 'sha256-"),
         "{policy}"
     );
+    assert!(
+        policy.contains(&format!("frame-ancestors {}", c.shop.base)),
+        "{policy}"
+    );
     assert!(!policy.contains("unsafe-inline"), "{policy}");
-    // …and the shop's page lets in the checkout's origin and nothing else.
+    // …and the shop's page lets in the checkout's loader and frame, and nothing else of it.
     let shop_page = reqwest::get(format!("{}/", c.shop.base)).await.unwrap();
     let policy = shop_page.headers()["content-security-policy"]
         .to_str()
@@ -358,20 +365,22 @@ async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -
         .to_owned();
     let checkout = &c.server.base;
     assert!(
-        policy.contains(&format!("script-src 'self' {checkout} 'wasm-unsafe-eval';")),
+        policy.contains(&format!("script-src 'self' {checkout};")),
         "{policy}"
     );
     assert!(
-        policy.contains(&format!("connect-src 'self' {checkout};")),
+        policy.contains(&format!("frame-src {checkout};")),
         "{policy}"
     );
+    assert!(policy.contains("connect-src 'self';"), "{policy}");
     assert!(
-        !policy.contains("unsafe-inline") && !policy.contains(" 'unsafe-eval'"),
+        !policy.contains("unsafe-inline") && !policy.contains("unsafe-eval"),
         "{policy}"
     );
     c.open().await;
-    // The policy is in force in the browser: an inline script the page did not ship is refused…
-    c.js(
+    // The policies are in force in the browser: an inline script the shop's page did not ship
+    // is refused…
+    c.on_the_page(
         "window.__violations = [];
          document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective));
          const s = document.createElement('script'); s.textContent = 'window.__injected = true;';
@@ -381,27 +390,33 @@ async fn the_widget_pays_under_its_strict_content_security_policy(c: Checkout) -
     wait_until(
         "the injected script was not reported",
         Duration::from_secs(10),
-        || async { c.js("return window.__violations.length;").await.as_u64() > Some(0) },
+        || async {
+            c.on_the_page("return window.__violations.length;")
+                .await
+                .as_u64()
+                > Some(0)
+        },
     )
     .await;
     assert_eq!(
-        c.js("return window.__injected === undefined;").await,
+        c.on_the_page("return window.__injected === undefined;")
+            .await,
         json!(true)
     );
-    // …while the widget, loaded from the checkout's origin, works.
+    // …while the widget, in its frame from the checkout's origin, works.
     c.click("button.pay", 1).await;
     c.assert_paid_once().await;
     assert_eq!(
-        c.js("return window.__violations;").await,
+        c.on_the_page("return window.__violations;").await,
         json!(["script-src-elem"]),
-        "nothing but the injected script broke the policy"
+        "nothing but the injected script broke the shop's policy"
     );
     c
 }
 
 /// What the shop's page heard (`window.shop.events`); none of it ever carries a balance.
 async fn host_events(c: &Checkout) -> Vec<serde_json::Value> {
-    let events = c.js("return window.shop.events;").await;
+    let events = c.on_the_page("return window.shop.events;").await;
     assert!(
         !events.to_string().contains("balance"),
         "the shop's page never hears the shopper's balance: {events}"
@@ -428,7 +443,7 @@ async fn a_session_paid_by_another_is_never_a_decline(c: Checkout) -> Checkout {
     c.click("button.pay", 1).await;
     c.wait_for_text(".already-paid", "Заказ уже оплачен").await;
     assert_eq!(c.count(".declined").await, 0, "never a decline");
-    c.wait_for_text("#order-state", "Заказ оплачен").await;
+    c.wait_for_order_state("Заказ оплачен").await;
     let events = host_events(&c).await;
     assert!(
         events.iter().all(|e| e["name"] != "checkout:declined"),
@@ -467,14 +482,17 @@ async fn tabs_of_one_session_opened_apart_pay_it_once(c: Checkout) -> Checkout {
     let second = c.browser.new_window(true).await.unwrap().handle;
     c.browser.switch_to_window(second.clone()).await.unwrap();
     c.browser.goto(&url).await.unwrap();
-    c.wait_for("button.pay:not([disabled])").await;
+    c.enter_widget().await;
+    c.wait_for(browser::PAY_ENABLED).await;
     c.click("button.pay", 1).await;
     c.browser.switch_to_window(first.clone()).await.unwrap();
+    c.enter_widget().await;
     c.click("button.pay", 1).await;
 
     let mut shown = Vec::new();
     for tab in [&first, &second] {
         c.browser.switch_to_window(tab.clone()).await.unwrap();
+        c.enter_widget().await;
         wait_until(
             "the tab never showed an outcome",
             Duration::from_secs(30),
@@ -523,7 +541,7 @@ async fn a_declined_shopper_pays_again_with_a_new_key(c: Checkout) -> Checkout {
     assert_eq!(elsewhere.status, StatusCode::CREATED);
     c.click("button.pay", 1).await;
     c.wait_for_text(".declined", "недостаточно средств").await;
-    c.wait_for_text("#order-state", "Оплата не прошла").await;
+    c.wait_for_order_state("Оплата не прошла").await;
     let declined_key = c.payment_key().await;
     c.wait_for("button.pay-again").await;
 

@@ -1,72 +1,226 @@
-//! The widget in a shop's page: the page adds one script and one element per checkout session;
-//! each widget keeps its own intent (its state is stored under its session), and the page hears
-//! how each payment ended from a `checkout:paid` event on that element.
+//! The widget in a shop's page, as a shop embeds it: the page (on an origin of its own, served
+//! here, `http://localhost:…`, another site than the checkout's `127.0.0.1`) adds the loader
+//! and one element per checkout session; each gets the payment page in a frame of the
+//! checkout's origin. What the page can learn is what the events carry: never the shopper's
+//! credential, nor the balance.
 
 #[allow(unused_macros)]
 #[macro_use]
 mod browser;
 
-use std::path::Path;
+use std::time::Duration;
 
-use browser::Checkout;
-use checkout_testkit::{Backend, wait_until};
-use serde_json::Value;
+use browser::{Checkout, PAY_ENABLED};
+use checkout_testkit::{Backend, Shop, wait_until};
+use serde_json::{Value, json};
+
+/// The loader (a classic script), elements given as HTML, and a listener that writes down
+/// every event the page hears (name, element, detail), in order.
+fn shop_html(checkout: &str, body: &str) -> String {
+    shop_html_loading(checkout, body, "")
+}
+
+/// The same, the loader loaded as `<script type="module">`.
+fn shop_html_with_module(checkout: &str, body: &str) -> String {
+    shop_html_loading(checkout, body, r#" type="module""#)
+}
+
+fn shop_html_loading(checkout: &str, body: &str, kind: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<html lang="ru"><head><meta charset="utf-8"><title>Книжная лавка</title>
+<script>
+window.heard = [];
+for (const name of ["checkout:ready", "checkout:paid", "checkout:declined", "checkout:error"]) {{
+  document.addEventListener(name, (event) =>
+    window.heard.push({{ name, host: event.target.id, detail: event.detail }}));
+}}
+</script>
+<script{kind} src="{checkout}/v1/checkout.js"></script></head>
+<body><h1>Ваш заказ</h1>
+{body}
+</body></html>"#
+    )
+}
+
+/// A shop's page on a server of its own: its origin, spelled `http://localhost:PORT` (another
+/// site than the checkout's `127.0.0.1`, as a real shop is).
+async fn serve_shop_page(html: String) -> String {
+    checkout_testkit::serve_page(html)
+        .await
+        .replace("127.0.0.1", "localhost")
+}
+
+/// A checkout (SQLite), a shop, a session of 300,00 ₽ for `order` in element `#a` of a page of
+/// the shop's (made by `html`) whose origin it registered; the scenario in the frame, with
+/// «Оплатить» enabled. Also the page's address.
+async fn one_frame(html: fn(&str, &str) -> String, order: &str) -> (Checkout, Shop, String) {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let session = shop.session(order, 30_000).await;
+    let page = serve_shop_page(html(
+        &c.server.base,
+        &format!(r#"<div id="a" data-checkout-session="{session}"></div>"#),
+    ))
+    .await;
+    register_origins(&c, &shop, &[&page]).await;
+    c.browser.goto(&page).await.unwrap();
+    c.enter_frame_in("#a").await;
+    c.wait_for(PAY_ENABLED).await;
+    (c, shop, page)
+}
+
+/// `shop set-origins`: the pages of `shop` that may frame its payment pages.
+async fn register_origins(c: &Checkout, shop: &Shop, origins: &[&str]) {
+    let mut args = vec!["shop", "set-origins", "--shop", shop.shop_id.as_str()];
+    for origin in origins {
+        args.extend(["--origin", origin]);
+    }
+    let (ok, out, err) = c.server.operator(&args).await;
+    assert!(ok, "set-origins: {out} {err}");
+}
+
+/// What the page has heard so far, once it has heard `n` events named `name`.
+async fn wait_for_heard(c: &Checkout, name: &str, n: usize) -> Vec<Value> {
+    let count = format!("return window.heard.filter((e) => e.name === {name:?}).length;");
+    let enough = || async { c.js(&count).await.as_u64().unwrap_or(0) as usize >= n };
+    wait_until(
+        &format!("the page never heard {n} × {name}"),
+        browser::WAIT,
+        enough,
+    )
+    .await;
+    heard(c, name).await
+}
+
+async fn heard(c: &Checkout, name: &str) -> Vec<Value> {
+    c.js(&format!(
+        "return window.heard.filter((e) => e.name === {name:?});"
+    ))
+    .await
+    .as_array()
+    .cloned()
+    .unwrap_or_default()
+}
+
+/// The frame in `host` is exactly as tall as the page in it (so it never scrolls inside), and
+/// that height.
+async fn frame_fits(c: &Checkout, host: &str) -> i64 {
+    let outer = format!(
+        "return Math.round(document.querySelector('{host} iframe').getBoundingClientRect().height);"
+    );
+    let deadline = std::time::Instant::now() + browser::WAIT;
+    loop {
+        c.enter_frame_in(host).await;
+        let inner = c
+            .js(
+                "return [document.documentElement.scrollHeight, window.innerHeight, \
+                 document.documentElement.scrollWidth, window.innerWidth];",
+            )
+            .await;
+        c.on_top().await;
+        let frame = c.js(&outer).await.as_i64().unwrap();
+        let [content, viewport, wide, width] = [0, 1, 2, 3].map(|i| inner[i].as_i64().unwrap());
+        if content == frame && content <= viewport {
+            assert!(
+                wide <= width,
+                "{host}: the frame scrolls sideways ({wide} > {width})"
+            );
+            return frame;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{host}: the frame is {frame}px tall, its page {content}px (viewport {viewport}px)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_widgets_for_two_sessions_on_one_page_pay_independently() {
+async fn two_frames_for_two_sessions_on_one_shop_page_pay_independently() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
-        let site = tempfile::tempdir().unwrap();
-        let static_dir = site.path().display().to_string();
-        let c = Checkout::start(backend, "", &[("CHECKOUT_STATIC_DIR", &static_dir)]).await;
+        let c = Checkout::start(backend, "", &[]).await;
         let shop = c.server.add_shop("Книжная лавка").await;
         let (first, second) = (
             shop.session("ORD-A", 30_000).await,
             shop.session("ORD-B", 12_000).await,
         );
-        shop_page(site.path(), &first, &second);
-
-        let page = format!("{}/shop.html", c.server.base);
+        // One element found by the loader, one mounted by the page's own script.
+        let page = serve_shop_page(shop_html(
+            &c.server.base,
+            &format!(
+                r#"<div id="a" data-checkout-session="{first}"></div>
+<div id="b"></div>
+<script>Checkout.mount(document.getElementById("b"), {{ session: "{second}" }});</script>"#
+            ),
+        ))
+        .await;
+        register_origins(&c, &shop, &[&page]).await;
         c.browser.goto(&page).await.unwrap();
-        c.wait_for_text("#a .total-amount", "300,00").await;
-        c.wait_for_text("#b .total-amount", "120,00").await;
-        c.wait_for_text("#a .shop-name", "Книжная лавка").await;
-        c.wait_for("#a button.pay:not([disabled])").await;
-        c.click("#a button.pay", 2).await;
-        let paid_a = c.wait_for_text("#a .payment-id", "pay_").await;
+        wait_for_heard(&c, "checkout:ready", 2).await;
+        // Mounting an element again is the same widget.
+        let frames = c
+            .js_async(&format!(
+                "Checkout.mount(document.getElementById('a'), {{ session: '{first}' }}).then(() => \
+                 done(document.querySelectorAll('#a iframe').length));"
+            ))
+            .await;
+        assert_eq!(frames, json!(1));
+
+        c.enter_frame_in("#a").await;
+        c.wait_for_text(".total-amount", "300,00").await;
+        c.wait_for_text(".shop-name", "Книжная лавка").await;
+        c.wait_for(PAY_ENABLED).await;
+        let form_height = frame_fits(&c, "#a").await;
+        c.enter_frame_in("#a").await;
+        c.click("button.pay", 2).await;
+        let paid_a = c.wait_for_text(".payment-id", "pay_").await;
+        let saved = c
+            .js(&format!(
+                "return sessionStorage.getItem('checkout.state.{first}');"
+            ))
+            .await;
+        assert!(saved.as_str().is_some_and(|s| s.contains(first.as_str())));
+
+        c.enter_frame_in("#b").await;
+        c.wait_for_text(".total-amount", "120,00").await;
         assert_eq!(
-            c.count("#b .payment-id").await,
+            c.count(".payment-id").await,
             0,
             "the other widget did not pay"
         );
-        c.wait_for("#b button.pay:not([disabled])").await;
-        c.click("#b button.pay", 1).await;
-        let paid_b = c.wait_for_text("#b .payment-id", "pay_").await;
+        c.wait_for(PAY_ENABLED).await;
+        c.click("button.pay", 1).await;
+        let paid_b = c.wait_for_text(".payment-id", "pay_").await;
         assert_ne!(paid_a, paid_b);
-        c.screenshot("seen-two-widgets-in-a-shop-page").await;
 
-        // The page heard each payment once, from its own element, with the receipt.
-        let events = wait_for_events(&c, 2).await;
-        assert_eq!(events.len(), 2, "{events:?}");
-        assert_eq!(events[0]["name"], "checkout:paid");
-        assert_eq!(events[0]["host"], "a");
-        assert_eq!(events[0]["payment_id"], paid_a.as_str());
-        assert_eq!(events[1]["host"], "b");
-        assert_eq!(events[1]["payment_id"], paid_b.as_str());
+        // The receipt is taller than the form: the frame grew with it.
+        c.on_top().await;
+        let receipt_height = frame_fits(&c, "#a").await;
+        assert!(
+            receipt_height > form_height,
+            "{receipt_height}px after paying, {form_height}px before"
+        );
+        frame_fits(&c, "#b").await;
+        c.screenshot("seen-two-frames-in-a-shop-page").await;
 
-        // Each intent is stored under its own session.
-        for session in [&first, &second] {
-            let saved = c
-                .js(&format!(
-                    "return sessionStorage.getItem('checkout.state.{session}');"
-                ))
-                .await;
-            assert!(saved.as_str().is_some_and(|s| s.contains(session.as_str())));
-        }
+        // The page heard each payment once, from its own element, with the receipt only.
+        let paid = wait_for_heard(&c, "checkout:paid", 2).await;
+        assert_eq!(paid.len(), 2, "{paid:?}");
+        assert_eq!(paid[0]["host"], "a");
+        assert_eq!(
+            paid[0]["detail"],
+            json!({"payment_id": paid_a, "amount": 30_000, "status": "succeeded"})
+        );
+        assert_eq!(paid[1]["host"], "b");
+        assert_eq!(paid[1]["detail"]["payment_id"], paid_b.as_str());
 
-        // After a refresh both receipts are back, nothing is sent again.
+        // After a refresh of the shop's page both receipts are back, nothing is sent again.
         c.browser.refresh().await.unwrap();
-        assert_eq!(c.wait_for_text("#a .payment-id", "pay_").await, paid_a);
-        assert_eq!(c.wait_for_text("#b .payment-id", "pay_").await, paid_b);
+        c.enter_frame_in("#a").await;
+        assert_eq!(c.wait_for_text(".payment-id", "pay_").await, paid_a);
+        c.enter_frame_in("#b").await;
+        assert_eq!(c.wait_for_text(".payment-id", "pay_").await, paid_b);
         assert_eq!(
             c.payments_in_db().await,
             2,
@@ -78,209 +232,350 @@ async fn two_widgets_for_two_sessions_on_one_page_pay_independently() {
     }
 }
 
-/// The widget's own dev page (`trunk serve`, or the checkout's `/` in demo mode) mounts it as a
-/// Leptos component for a demo-shop session it keeps per tab: it pays, tells the page, and a
-/// refresh comes back to the same purchase.
+/// What the shopper's browser downloads, as Chromium counts it (Resource Timing's
+/// `transferSize`, cold cache, compressed as the server sends it): the shop's page at most
+/// 5 KB from the checkout to show the loader; the frame's WebAssembly and JavaScript at most
+/// 100 KB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dev_page_pays_a_demo_session_with_the_widget_as_a_leptos_component() {
-    let c = Checkout::start(checkout_testkit::Backend::Sqlite, "", &[]).await;
-    c.browser
-        .goto(&format!("{}/", c.server.base))
-        .await
-        .unwrap();
-    c.wait_for(".checkout-host .checkout .balance").await;
-    let total = c.wait_for_text(".total-amount", ",00").await;
-    assert!(total.contains('₽'), "{total}");
-    let session = c
-        .js("return sessionStorage.getItem('checkout.dev-session');")
-        .await;
-    let session = session
-        .as_str()
-        .expect("the demo session is kept")
-        .to_owned();
-    assert!(session.starts_with("cs_"), "{session}");
-    c.js("window.heard = []; document.addEventListener('checkout:paid', (e) => window.heard.push(e.detail.payment_id)); return true;")
-        .await;
-    c.wait_for("button.pay:not([disabled])").await;
-    c.click("button.pay", 2).await;
-    let paid = c.wait_for_text(".payment-id", "pay_").await;
-    let heard = || async { c.js("return window.heard.length;").await.as_u64() == Some(1) };
-    wait_until("the page never heard checkout:paid", browser::WAIT, heard).await;
-    assert_eq!(
-        c.js("return window.heard;").await,
-        serde_json::json!([paid])
+async fn the_shops_page_downloads_under_5_kb_and_the_frame_under_100_kb() {
+    let (c, _, _) = one_frame(shop_html, "ORD-SIZE").await;
+    let sizes =
+        "return performance.getEntriesByType('resource').map((r) => [r.name, r.transferSize]);";
+    let bytes = |entries: &Value, ends: &[&str]| -> u64 {
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| ends.iter().any(|end| e[0].as_str().unwrap().ends_with(end)))
+            .map(|e| e[1].as_u64().unwrap())
+            .sum()
+    };
+    let frame = c.js(sizes).await;
+    let widget = bytes(&frame, &[".wasm", ".js"]);
+    c.on_top().await;
+    let loader = bytes(&c.js(sizes).await, &["/v1/checkout.js"]);
+    eprintln!("transferred: loader {loader} B, the frame's wasm + JS {widget} B");
+    assert!(loader > 0 && loader <= 5_000, "the loader: {loader} B");
+    assert!(
+        widget > 50_000 && widget <= 100_000,
+        "wasm + JS: {widget} B"
     );
-    c.screenshot("seen-dev-page").await;
-
-    c.browser.refresh().await.unwrap();
-    assert_eq!(
-        c.wait_for_text(".payment-id", "pay_").await,
-        paid,
-        "the same purchase"
-    );
-    assert_eq!(
-        c.js("return sessionStorage.getItem('checkout.dev-session');")
-            .await,
-        serde_json::json!(session)
-    );
-    assert_eq!(c.payments_in_db().await, 1, "paid once");
-    c.db.assert_invariants().await;
     let _ = c.browser.close().await;
 }
 
-/// A session made without items (a gift card, a subscription): the widget shows and pays the
-/// session's amount, on the button too, and its description. Before the fix it showed
-/// «Итого 0,00 ₽» and an active button that then debited 700,00 ₽.
+/// Whatever runs in the shop's page (its own scripts, a tag manager, an injected one) finds no
+/// credential of the shopper's, cannot look into the frame, and cannot make it do anything or
+/// make the page believe something happened: forged messages, from the page itself and from a
+/// page of another origin, change nothing. The page hears one `checkout:paid`, with no balance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_without_items_is_shown_and_paid_for_its_amount() {
-    let site = tempfile::tempdir().unwrap();
-    let static_dir = site.path().display().to_string();
-    let c = Checkout::start(Backend::Sqlite, "", &[("CHECKOUT_STATIC_DIR", &static_dir)]).await;
-    let shop = c.server.add_shop("Книжная лавка").await;
-    let made = shop
-        .try_session(
-            &checkout_testkit::new_key(),
-            &serde_json::json!({"order_id": "GIFT-1", "amount": 70_000, "description": "Подарочный сертификат"}),
+async fn the_shops_page_can_neither_read_the_shoppers_credential_nor_forge_an_outcome() {
+    let (c, _, page) = one_frame(shop_html_with_module, "ORD-SAFE").await;
+    let token = c
+        .js("return JSON.parse(sessionStorage.getItem('checkout.session')).token;")
+        .await;
+    let token = token
+        .as_str()
+        .expect("the frame has the shopper's token")
+        .to_owned();
+    assert!(token.len() >= 32, "{token}");
+
+    // Everything the shop's page can reach.
+    c.on_top().await;
+    let reach = c
+        .js(r##"
+            const dump = (s) => Object.keys(s).map((k) => `${k}=${s.getItem(k)}`).join("\n");
+            const frame = document.querySelector("#a iframe");
+            let inside;
+            try { inside = frame.contentWindow.document.documentElement.outerHTML; }
+            catch (error) { inside = error.name; }
+            let storage;
+            try { storage = frame.contentWindow.sessionStorage; } catch (error) { storage = error.name; }
+            return { session: dump(sessionStorage), local: dump(localStorage), cookie: document.cookie,
+                     inside, storage: String(storage), page: document.documentElement.outerHTML,
+                     heard: JSON.stringify(window.heard) };
+        "##)
+        .await;
+    assert_eq!(reach["inside"], "SecurityError", "{reach}");
+    assert_eq!(reach["storage"], "SecurityError", "{reach}");
+    for (what, text) in reach.as_object().unwrap() {
+        let text = text.as_str().unwrap();
+        assert!(!text.contains(&token), "the token is in the page's {what}");
+        assert!(
+            !text.contains("balance"),
+            "a balance is in the page's {what}: {text}"
+        );
+    }
+
+    // Forgeries from the shop's page: to the frame, and to itself as if from the frame.
+    let forged_paid = json!({"type": "checkout:paid",
+        "detail": {"payment_id": "pay_forged", "amount": 1, "status": "succeeded"}});
+    c.js(&format!(
+        r##"const frame = document.querySelector("#a iframe").contentWindow;
+        for (const m of [{{type: "checkout:pay"}}, "pay", {forged_paid}, {{type: "checkout:resize", height: 5}}]) {{
+          frame.postMessage(m, "*");
+          window.postMessage(m, "*");
+        }}"##
+    ))
+    .await;
+    // From a page of another origin, which opens the shop's page and writes to it and its frame.
+    let attacker = checkout_testkit::serve_page("<h1>Чужая страница</h1>".into()).await;
+    let shop_tab = c.browser.window().await.unwrap();
+    let attacker_tab = c.browser.new_window(true).await.unwrap();
+    c.browser
+        .switch_to_window(attacker_tab.handle)
+        .await
+        .unwrap();
+    c.browser.goto(&attacker).await.unwrap();
+    c.js_async(&format!(
+        r#"const w = window.open({page:?}, "victim");
+        const until = () => w.frames.length > 0 ? go() : setTimeout(until, 20);
+        const go = () => setTimeout(() => {{
+          for (const m of [{{type: "checkout:pay"}}, {forged_paid}]) {{
+            w.frames[0].postMessage(m, "*");
+            w.postMessage(m, "*");
+          }}
+          done(true);
+        }}, 500);
+        until();"#
+    ))
+    .await;
+    c.browser.switch_to_window(shop_tab).await.unwrap();
+
+    // Nothing changed: not paid, the form as it was, nothing heard but `ready`, full height.
+    let sentinel = c
+        .js_async(
+            "window.addEventListener('message', (e) => e.data === 'sentinel' && done(true)); \
+             window.postMessage('sentinel', '*');",
         )
         .await;
-    let session = made.json()["session_id"].as_str().unwrap().to_owned();
-    let other = shop.session("ORD-OTHER", 100).await;
-    shop_page(site.path(), &session, &other);
-    c.browser
-        .goto(&format!("{}/shop.html", c.server.base))
-        .await
-        .unwrap();
-    c.wait_for_text("#a .total-amount", "700,00").await;
-    c.wait_for_text("#a .description", "Подарочный сертификат")
-        .await;
-    c.wait_for_text("#a button.pay", "Оплатить 700,00").await;
-    c.wait_for("#a button.pay:not([disabled])").await;
-    c.screenshot("seen-session-without-items").await;
-    c.click("#a button.pay", 1).await;
-    c.wait_for_text("#a .receipt-amount", "700,00").await;
+    assert_eq!(sentinel, json!(true));
+    assert_eq!(heard(&c, "checkout:paid").await, Vec::<Value>::new());
+    assert!(frame_fits(&c, "#a").await > 100);
+    c.enter_frame_in("#a").await;
+    c.wait_for(PAY_ENABLED).await;
+    assert_eq!(c.count(".payment-id").await, 0);
+    assert_eq!(c.payments_in_db().await, 0, "a message paid");
+
+    // The shopper pays: one event, with exactly the receipt's three fields.
+    c.click("button.pay", 1).await;
+    let paid = c.wait_for_text(".payment-id", "pay_").await;
+    c.on_top().await;
+    let heard_paid = wait_for_heard(&c, "checkout:paid", 1).await;
+    c.js_async(&format!(
+        "window.postMessage({forged_paid}, '*'); \
+         window.addEventListener('message', (e) => e.data === 'sentinel' && done(true)); \
+         window.postMessage('sentinel', '*');"
+    ))
+    .await;
+    assert_eq!(heard(&c, "checkout:paid").await, heard_paid);
+    assert_eq!(heard_paid.len(), 1, "{heard_paid:?}");
     assert_eq!(
-        c.wait_for_text("#a .receipt-balance", "300,00").await,
-        "300,00 ₽"
+        heard_paid[0]["detail"],
+        json!({"payment_id": paid, "amount": 30_000, "status": "succeeded"})
     );
-    assert_eq!(shop.balance().await, 70_000);
+    assert_eq!(c.payments_in_db().await, 1);
     c.db.assert_invariants().await;
     let _ = c.browser.close().await;
 }
 
-/// A session that lapsed before the page was opened: the widget says so, offers nothing to
-/// pay, and tells the page (`checkout:declined` with `session_expired`). Before the fix it
-/// offered «Оплатить».
+/// Only the pages a shop registered may frame its payment pages: on any other origin Chromium
+/// refuses to show it (`frame-ancestors`), and the element hears `checkout:error`. Registering
+/// the origin is what lets it in. A session that does not exist is said so to the page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lapsed_session_shows_it_lapsed_and_offers_nothing_to_pay() {
-    let site = tempfile::tempdir().unwrap();
-    let static_dir = site.path().display().to_string();
-    let c = Checkout::start(
-        Backend::Sqlite,
-        "",
-        &[
-            ("CHECKOUT_STATIC_DIR", &static_dir),
-            ("CHECKOUT_SESSION_TTL_SECS", "1"),
-        ],
-    )
-    .await;
+async fn a_page_the_shop_did_not_register_cannot_frame_its_payment_page() {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
     let shop = c.server.add_shop("Книжная лавка").await;
-    let (lapsed, other) = (
-        shop.session("ORD-LATE", 5_000).await,
-        shop.session("ORD-X", 100).await,
-    );
-    let public = c.server.api();
-    wait_until("the session never lapsed", browser::WAIT, || async {
-        public
-            .get(&format!("/api/checkout-sessions/{lapsed}"))
-            .await
-            .json()["status"]
-            == "expired"
-    })
+    let session = shop.session("ORD-FRAME", 10_000).await;
+    let unknown = format!("cs_{}", "0".repeat(32));
+    let page = serve_shop_page(shop_html(
+        &c.server.base,
+        &format!(
+            r#"<div id="a"></div><div id="u" data-checkout-session="{unknown}"></div>
+<script>Checkout.mount(document.getElementById("a"), {{ session: "{session}", timeout: 4000 }});</script>"#
+        ),
+    ))
     .await;
-    shop_page(site.path(), &lapsed, &other);
-    c.browser
-        .goto(&format!("{}/shop.html", c.server.base))
-        .await
-        .unwrap();
-    c.wait_for_text("#a .expired", "Срок оплаты истёк").await;
-    assert_eq!(c.count("#a button.pay").await, 0, "nothing to pay");
-    let events = wait_for_events(&c, 1).await;
-    assert!(
-        events
+    let registered = serve_shop_page(String::new()).await;
+    register_origins(&c, &shop, &[&registered]).await;
+
+    c.browser.goto(&page).await.unwrap();
+    let errors = wait_for_heard(&c, "checkout:error", 2).await;
+    let code_of = |host: &str| {
+        errors
             .iter()
-            .any(|e| e["host"] == "a" && e["name"] == "checkout:declined"),
-        "{events:?}"
+            .find(|e| e["host"] == host)
+            .map(|e| e["detail"]["code"].clone())
+    };
+    assert_eq!(code_of("u"), Some(json!("not_found")), "{errors:?}");
+    assert_eq!(code_of("a"), Some(json!("frame_unavailable")), "{errors:?}");
+    let ready = heard(&c, "checkout:ready").await;
+    assert!(ready.iter().all(|e| e["host"] != "a"), "{ready:?}");
+    let frame = c.wait_for("#a iframe").await;
+    frame.enter_frame().await.unwrap();
+    let shown = c.js("return location.href;").await;
+    assert!(
+        shown.as_str().is_some_and(|s| !s.contains("/pay/")),
+        "Chromium showed the payment page: {shown}"
     );
+    assert_eq!(c.count(".checkout").await, 0);
+    c.on_top().await;
+    c.screenshot("seen-unregistered-origin").await;
+
+    register_origins(&c, &shop, &[&registered, &page]).await;
+    c.browser.refresh().await.unwrap();
+    let ready = wait_for_heard(&c, "checkout:ready", 2).await;
+    assert!(ready.iter().any(|e| e["host"] == "a"), "{ready:?}");
+    let errors = wait_for_heard(&c, "checkout:error", 1).await;
+    assert!(errors.iter().all(|e| e["host"] == "u"), "{errors:?}");
+    c.enter_frame_in("#a").await;
+    c.wait_for_text(".total-amount", "100,00").await;
     assert_eq!(c.payments_in_db().await, 0);
     let _ = c.browser.close().await;
 }
 
-/// What the page's listener has heard so far, once it has heard `n` events.
-async fn wait_for_events(c: &Checkout, n: usize) -> Vec<Value> {
-    let heard = || async {
-        c.js("return window.checkoutEvents.length;")
-            .await
-            .as_u64()
-            .unwrap_or(0) as usize
-            >= n
-    };
-    wait_until("the page never heard its events", browser::WAIT, heard).await;
-    c.js("return window.checkoutEvents;")
+/// The payment page as a full page (a shop that redirects instead of framing): it pays, says it
+/// goes back, and goes back to the `return_url` the shop gave the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_page_flow_returns_the_shopper_to_the_shop_after_paying() {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let thanks = serve_shop_page("<h1>Спасибо за заказ</h1>".into()).await;
+    let return_url = format!("{thanks}/?order=ORD-FULL");
+    let made = shop
+        .try_session(
+            &checkout_testkit::new_key(),
+            &json!({"order_id": "ORD-FULL", "amount": 25_000, "return_url": return_url}),
+        )
+        .await;
+    assert_eq!(made.status, reqwest::StatusCode::CREATED, "{}", made.body);
+    assert_eq!(made.json()["return_url"], return_url.as_str());
+    let session = made.json()["session_id"].as_str().unwrap().to_owned();
+
+    c.browser
+        .goto(&format!("{}/pay/{session}", c.server.base))
         .await
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// A shop's page with two widgets, served beside the widget's build: the one loader script,
-/// one element mounted on its own, one mounted by `Checkout.mount`, and the page's own external
-/// module (the checkout's strict policy allows no inline script of the shop).
-fn shop_page(dir: &Path, first: &str, second: &str) {
-    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist");
-    assert!(
-        dist.join("checkout.js").exists(),
-        "the widget's build (scripts/test makes it)"
+        .unwrap();
+    c.wait_for_text(".total-amount", "250,00").await;
+    c.wait_for(PAY_ENABLED).await;
+    c.click("button.pay", 1).await;
+    let paid = c.wait_for_text(".payment-id", "pay_").await;
+    c.wait_for_text(".returning", "вернём вас в магазин").await;
+    let link = c.wait_for("a.return").await;
+    assert_eq!(
+        link.attr("href").await.unwrap().as_deref(),
+        Some(return_url.as_str())
     );
-    copy_dir(&dist, dir);
-    std::fs::write(
-        dir.join("shop.html"),
-        format!(
-            r#"<!doctype html>
-<html lang="ru"><head><meta charset="utf-8"><title>Книжная лавка</title>
-<script type="module" src="/shop.js"></script>
-<script type="module" src="/checkout.js"></script></head>
-<body><h1>Ваш заказ</h1>
-<div id="a" data-checkout-session="{first}"></div>
-<div id="b" data-session="{second}"></div>
-</body></html>"#
-        ),
+    c.screenshot("seen-full-page-paid").await;
+    wait_until(
+        "the page never went back to the shop",
+        browser::WAIT,
+        || async { c.url().await.starts_with(&thanks) },
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("shop.js"),
-        r#"window.checkoutEvents = [];
-for (const name of ["checkout:paid", "checkout:declined"]) {
-  document.addEventListener(name, (event) => window.checkoutEvents.push(
-    { name, host: event.target.id, payment_id: event.detail && event.detail.payment_id }));
-}
-document.addEventListener("checkout:ready", () => {
-  const b = document.getElementById("b");
-  Checkout.mount(b, { session: b.dataset.session });
-});
-"#,
-    )
-    .unwrap();
+    .await;
+    assert_eq!(c.url().await, return_url);
+    c.wait_for_text("h1", "Спасибо за заказ").await;
+    assert!(paid.starts_with("pay_"));
+    assert_eq!(c.payments_in_db().await, 1);
+    let _ = c.browser.close().await;
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let target = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            copy_dir(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).unwrap();
-        }
-    }
+/// The demo shop's order page with the frame, as a phone (390 px) and a desktop show it: no
+/// sideways scrolling anywhere, the frame as tall as its content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_page_with_the_frame_fits_a_phone_and_a_desktop() {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
+    c.browser.set_window_size(390, 844).await.unwrap();
+    c.open().await;
+    c.on_top().await;
+    let fits = "return document.documentElement.scrollWidth <= window.innerWidth;";
+    assert_eq!(
+        c.js(fits).await,
+        json!(true),
+        "the shop's page scrolls sideways"
+    );
+    frame_fits(&c, "").await;
+    c.screenshot("seen-order-page-phone").await;
+    c.enter_widget().await;
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".payment-id", "pay_").await;
+    c.on_top().await;
+    frame_fits(&c, "").await;
+    c.screenshot("seen-order-page-phone-paid").await;
+
+    c.browser.set_window_size(1280, 900).await.unwrap();
+    assert_eq!(c.js(fits).await, json!(true));
+    frame_fits(&c, "").await;
+    c.screenshot("seen-order-page-desktop-paid").await;
+    let _ = c.browser.close().await;
+}
+
+/// axe-core, run inside the frame, finds nothing in each view the shopper can meet: the form,
+/// paying (the answer held back by the server), paid, declined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axe_finds_no_violation_in_the_frame_idle_paying_paid_or_declined() {
+    let c = Checkout::start(Backend::Sqlite, "delay_before_commit_ms=6000", &[]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let (affordable, too_dear) = (
+        shop.session("ORD-AXE", 30_000).await,
+        shop.session("ORD-DEAR", checkout_testkit::OPENING_BALANCE + 1)
+            .await,
+    );
+    let page = serve_shop_page(shop_html(
+        &c.server.base,
+        &format!(
+            r#"<div id="a" data-checkout-session="{affordable}"></div>
+<div id="b" data-checkout-session="{too_dear}"></div>"#
+        ),
+    ))
+    .await;
+    register_origins(&c, &shop, &[&page]).await;
+    c.browser.goto(&page).await.unwrap();
+
+    c.enter_frame_in("#a").await;
+    c.wait_for(PAY_ENABLED).await;
+    assert_no_violations(&c, "idle").await;
+    c.click("button.pay", 1).await;
+    c.wait_for("button.pay[aria-busy='true']").await;
+    assert_no_violations(&c, "paying").await;
+    assert_eq!(
+        c.count("button.pay[aria-busy='true']").await,
+        1,
+        "the check ran while the payment was still held"
+    );
+    c.wait_for_text(".payment-id", "pay_").await;
+    assert_no_violations(&c, "paid").await;
+
+    c.enter_frame_in("#b").await;
+    c.wait_for(PAY_ENABLED).await;
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".decline-title", "Платёж не прошёл").await;
+    assert_no_violations(&c, "declined").await;
+    let _ = c.browser.close().await;
+}
+
+/// Runs axe-core (from tools/, as scripts/test installs it) on the page the scenario is in.
+async fn assert_no_violations(c: &Checkout, view: &str) {
+    let axe = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tools/node_modules/axe-core/axe.min.js");
+    let source = std::fs::read_to_string(&axe)
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/test installs axe-core)", axe.display()));
+    let loaded = c.js(&format!("{source}\nreturn typeof window.axe;")).await;
+    assert_eq!(
+        loaded,
+        json!("object"),
+        "axe-core did not load in the frame"
+    );
+    let found = c
+        .js_async(
+            "axe.run(document).then((r) => done({ passes: r.passes.length, violations: r.violations.map((v) => \
+             ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')) })) }));",
+        )
+        .await;
+    assert!(
+        found["passes"].as_u64().unwrap_or(0) >= 10,
+        "axe checked little: {found}"
+    );
+    let violations = &found["violations"];
+    c.screenshot(&format!("seen-axe-{view}")).await;
+    assert_eq!(violations, &json!([]), "axe in the {view} view");
 }

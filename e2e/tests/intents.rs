@@ -118,7 +118,7 @@ async fn an_unreadable_state_whose_payment_never_arrived_waits_for_a_click(
     c.reload().await;
     c.wait_for_text(".notice", "Не удалось прочитать").await;
     // The server never knew the key: the intent waits for the shopper, with the same key.
-    c.wait_for("button.pay:not([disabled])").await;
+    c.wait_for(browser::PAY_ENABLED).await;
     assert_eq!(c.payments_in_db().await, 0, "nothing was paid on its own");
     assert_eq!(c.payment_key().await, key);
     c.click("button.pay", 1).await;
@@ -156,6 +156,7 @@ async fn a_payment_resumed_after_its_key_expired_shows_its_receipt(c: Checkout) 
     wait_until_forgotten(&api, &key).await;
     // Back to the checkout: the pending intent is looked up, never taken for a failure.
     c.browser.goto(&order_page).await.unwrap();
+    c.enter_widget().await;
     c.wait_for(".card").await;
     let receipt = c.wait_for_text(".payment-id", "pay_").await;
     assert_eq!(c.payments_in_db().await, 1);
@@ -178,6 +179,7 @@ async fn two_tabs_clicking_together_send_once_and_show_one_receipt(c: Checkout) 
     c.wait_for("button.pay").await;
     c.click("button.pay", 1).await;
     c.browser.switch_to_window(first.clone()).await.unwrap();
+    c.enter_widget().await;
     c.click("button.pay", 1).await;
     // This tab tells the other tab's story (its state arrived by broadcast); had its click
     // come first, it would be waiting for the other tab's lock, and say so.
@@ -185,6 +187,7 @@ async fn two_tabs_clicking_together_send_once_and_show_one_receipt(c: Checkout) 
     c.screenshot("seen-second-tab-in-step").await;
     let receipt = c.assert_paid_once().await;
     c.browser.switch_to_window(second).await.unwrap();
+    c.enter_widget().await;
     assert_eq!(
         c.wait_for_text(".payment-id", "pay_").await,
         receipt,

@@ -229,8 +229,10 @@ async fn storefront_session_survives_a_failed_attempt_and_a_checkout_that_is_dow
     assert_eq!(c.count("[data-checkout-session]").await, 0);
     c.restart_server_on_same_port().await;
     c.click("form button.primary", 1).await;
+    c.enter_widget().await;
     c.wait_for(".checkout .balance").await;
     c.wait_for_text(".total-amount", "80,00").await;
+    c.wait_for(browser::PAY_ENABLED).await;
     c.click("button.pay", 1).await;
     let paid = c.wait_for_text(".payment-id", "pay_").await;
     c.assert_shop_order_paid(&paid).await;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use checkout_shared::{
-    Account, CheckoutSession, DemoCart, DemoSession, IDEMPOTENCY_KEY_EXPIRES_HEADER,
-    IDEMPOTENCY_KEY_HEADER, KeyState, Payment, PaymentDetails, PaymentStatus, Refund,
+    Account, CheckoutSession, DemoSession, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER,
+    KeyState, Payment, PaymentDetails, PaymentStatus, Refund,
 };
 use futures::future::{Either, select};
 use serde::de::DeserializeOwned;
@@ -16,23 +16,6 @@ use web_sys::{Headers, RequestInit, Response};
 
 use crate::intent::{Attempt, Lookup};
 use crate::json::{self, Node};
-
-#[wasm_bindgen::prelude::wasm_bindgen(
-    inline_js = "export function widget_origin() { return new URL(import.meta.url).origin; }"
-)]
-extern "C" {
-    /// The origin the widget's own script came from: the checkout server, whatever page the
-    /// widget was put into (or, under `trunk serve`, the dev server that proxies `/api`).
-    fn widget_origin() -> String;
-}
-
-/// `path` on the checkout server.
-fn url(path: &str) -> String {
-    thread_local! {
-        static ORIGIN: String = widget_origin();
-    }
-    ORIGIN.with(|origin| format!("{origin}{path}"))
-}
 
 /// How long one attempt may take before it counts as lost and is resent.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -50,13 +33,6 @@ pub enum Failure {
 
 pub async fn demo_session() -> Result<DemoSession, Failure> {
     fetch_json(Call::new("POST", "/api/demo/session".into())).await
-}
-
-/// The demo shop's cart `cart` as a checkout session, made by the server (the page names a
-/// cart, never an amount).
-pub async fn demo_checkout_session(cart: u32) -> Result<CheckoutSession, Failure> {
-    let body = json::to_string(&DemoCart { cart }).unwrap_or_default();
-    fetch_json(Call::new("POST", "/api/demo/checkout-session".into()).body(body)).await
 }
 
 /// A checkout session's public view: what the shop asks to be paid.
@@ -146,6 +122,8 @@ struct KeyStatusWire {
 /// download).
 struct Call {
     method: &'static str,
+    /// On the page's own origin: the payment page is the checkout's (under `trunk serve`, the
+    /// dev server proxies `/api`).
     path: String,
     token: Option<String>,
     key: Option<String>,
@@ -191,8 +169,7 @@ impl Call {
         }
         init.set_headers(&headers);
         let window = web_sys::window().ok_or(JsValue::NULL)?;
-        let answer =
-            JsFuture::from(window.fetch_with_str_and_init(&url(&self.path), &init)).await?;
+        let answer = JsFuture::from(window.fetch_with_str_and_init(&self.path, &init)).await?;
         answer.dyn_into()
     }
 }

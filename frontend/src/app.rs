@@ -2,111 +2,46 @@
 //! [`crate::intent`] to signals, `sessionStorage`, the other tabs and the network. Every change
 //! of state is saved, and told to the other tabs, before anything is sent.
 
-use leptos::prelude::LocalStorage;
-use leptos::wasm_bindgen::JsCast;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use checkout_shared::{CheckoutSessionStatus, DemoSession, Payment, PaymentDetails, format_rub};
+use leptos::prelude::LocalStorage;
+
+use checkout_shared::{
+    CheckoutSession, CheckoutSessionStatus, DemoSession, Payment, PaymentDetails, format_rub,
+};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::de::DeserializeOwned;
 
-use crate::checkout::{
-    self, Checkout, DeclinedDetail, HostEvent, Order, PaidDetail, Read, Seed, SessionState,
-    payment_status,
-};
+use crate::checkout::{self, Checkout, HostEvent, Order, Read, Seed, SessionState, payment_status};
 use crate::intent::{Intent, Phase, Resume, RetryPolicy, WhenForgotten};
-use crate::{api, json, messages, shopper, storage, tabs};
+use crate::{api, frame, json, messages, shopper, storage, tabs};
 
 /// Lookups and fetches that find no server are retried this many times before the shopper is
 /// told (nothing is lost: the intent stays pending).
 const FINDING_OUT_TRIES: u32 = 12;
 
-/// Mounts a widget for every `<div data-checkout-session="cs_…">` of the page, and, into a
-/// `[data-checkout-demo]` element (the widget's own dev page), a widget for a demo-shop session.
-/// A page with neither gets nothing until it calls `mount`.
+/// The page: `/pay/{session_id}` is the payment page of that session, in a shop's frame or as a
+/// full page.
 pub fn start() {
-    let document = web_sys::window().and_then(|w| w.document());
-    let demo_page = document
-        .as_ref()
-        .and_then(|d| d.query_selector("[data-checkout-demo]").ok().flatten())
-        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok());
-    let hosts = document
-        .as_ref()
-        .and_then(|d| d.query_selector_all("[data-checkout-session]").ok());
-    let hosts: Vec<web_sys::HtmlElement> = hosts
-        .map(|list| {
-            (0..list.length())
-                .filter_map(|i| list.item(i)?.dyn_into().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(page) = demo_page {
-        // Leptos' executor starts with the first mount, which comes after this.
-        wasm_bindgen_futures::spawn_local(mount_demo(page));
-    }
-    for host in hosts {
-        if let Some(session_id) = host.get_attribute("data-checkout-session") {
-            mount(host, session_id);
-        }
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let path = window.location().pathname().unwrap_or_default();
+    if let Some(session_id) = path.strip_prefix("/pay/") {
+        mount_page(session_id.trim_end_matches('/').to_owned());
     }
 }
 
-/// A widget for checkout session `session_id` inside `host`, which gets `checkout:paid` and
-/// `checkout:declined` events (with the receipt or the problem as `detail`).
-pub fn mount(host: web_sys::HtmlElement, session_id: String) {
-    let mode = Mode {
-        session_id,
-        host: Host::Element(host.clone()),
-        on_paid: None,
-        on_declined: None,
+/// The payment page of `session_id`, alone in its document.
+fn mount_page(session_id: String) {
+    let host = if frame::is_framed() {
+        Host::Frame(frame::parent_origin())
+    } else {
+        Host::Page
     };
-    leptos::mount::mount_to(host, move || view! { <App mode=mode.clone() /> }).forget();
-}
-
-/// The widget as a component of a Leptos app:
-/// `<CheckoutWidget session_id="cs_…" on_paid=move |paid| … />`. Its element (a `div`) gets
-/// the same `checkout:paid` / `checkout:declined` events as an embedded widget's host.
-#[component]
-pub fn CheckoutWidget(
-    /// The shop's checkout session to pay.
-    #[prop(into)]
-    session_id: String,
-    /// Once per outcome and page load: which payment paid the session, and how much.
-    #[prop(optional, into)]
-    on_paid: Option<Callback<PaidDetail>>,
-    /// Once per outcome and page load: why it was declined.
-    #[prop(optional, into)]
-    on_declined: Option<Callback<DeclinedDetail>>,
-) -> impl IntoView {
-    let element = NodeRef::<leptos::html::Div>::new();
-    let mode = Mode {
-        session_id,
-        host: Host::Component(element),
-        on_paid,
-        on_declined,
-    };
-    view! { <div class="checkout-host" node_ref=element><App mode /></div> }
-}
-
-/// The dev page (`trunk serve`): the widget for a session of the server's demo shop, made once
-/// per tab and kept, so that a refresh comes back to the same purchase (a new tab, a new one).
-async fn mount_demo(page: web_sys::HtmlElement) {
-    let session_id = match storage::read(storage::DEMO_CHECKOUT_SESSION) {
-        Some(saved) => saved,
-        None => match api::demo_checkout_session(0).await {
-            Ok(session) => {
-                storage::write(storage::DEMO_CHECKOUT_SESSION, &session.session_id);
-                session.session_id
-            }
-            Err(_) => {
-                page.set_text_content(Some(
-                    "Демо-заказ не создан: сервер запущен с CHECKOUT_DEMO=1?",
-                ));
-                return;
-            }
-        },
-    };
-    leptos::mount::mount_to(page, move || view! { <CheckoutWidget session_id /> }).forget();
+    let mode = Mode { session_id, host };
+    leptos::mount::mount_to_body(move || view! { <App mode=mode.clone() /> });
 }
 
 /// The session a widget pays, and who hears how it ended.
@@ -114,26 +49,16 @@ async fn mount_demo(page: web_sys::HtmlElement) {
 pub struct Mode {
     session_id: String,
     host: Host,
-    on_paid: Option<Callback<PaidDetail>>,
-    on_declined: Option<Callback<DeclinedDetail>>,
 }
 
-/// The element the outcome events are dispatched on.
+/// Who hears how the purchase ended.
 #[derive(Clone)]
 enum Host {
-    /// A shop page's element the widget was mounted into.
-    Element(web_sys::HtmlElement),
-    /// The element of a [`CheckoutWidget`].
-    Component(NodeRef<leptos::html::Div>),
-}
-
-impl Host {
-    fn element(&self) -> Option<web_sys::EventTarget> {
-        match self {
-            Host::Element(element) => Some(element.clone().into()),
-            Host::Component(element) => element.get_untracked().map(Into::into),
-        }
-    }
+    /// The shop's page that framed the payment page: told by `postMessage`, to its origin only
+    /// (`None`: the checkout did not vouch for it, so it is told nothing).
+    Frame(Option<String>),
+    /// The payment page as a full page: the shopper goes back to the shop (`return_url`).
+    Page,
 }
 
 impl Mode {
@@ -182,6 +107,20 @@ struct Widget {
     session_error: RwSignal<Option<String>>,
     /// An intent of this kind is being worked on in another tab: this one waits.
     elsewhere: RwSignal<Option<Which>>,
+    /// This widget's prefix for element ids (`w1-`): unique in its document.
+    ids: StoredValue<String, LocalStorage>,
+    /// The shopper acted in the widget (focus was on its action): a change of view moves focus
+    /// to what replaced it, never to the page's start.
+    acted: StoredValue<bool, LocalStorage>,
+}
+
+/// Ids of a widget's elements: `prefix` + name, unique per widget in its document.
+fn next_ids() -> String {
+    thread_local! { static MOUNTED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) }; }
+    MOUNTED.with(|n| {
+        n.set(n.get() + 1);
+        format!("w{}-", n.get())
+    })
 }
 
 /// Changes the state, then saves it and tells the other tabs, before anything is sent.
@@ -499,7 +438,12 @@ impl Widget {
     }
 
     fn pay(self) {
+        self.acted.set_value(true);
         self.advance::<PaymentKind>(true);
+    }
+
+    fn id(&self, name: &str) -> String {
+        self.ids.with_value(|prefix| format!("{prefix}{name}"))
     }
 
     /// After a decline: a new intent for the same open session, sent at once.
@@ -515,19 +459,43 @@ impl Widget {
     async fn read_session(self) {
         let session_id = self.mode.with_value(|mode| mode.session_id.clone());
         match api::checkout_session(&session_id).await {
-            Ok(session) => {
-                change(self, |c| {
-                    if c.wants_session() {
-                        c.adopt_session(&session);
-                    }
-                    c.observe_session(&session);
-                });
+            Ok(session) => self.take_session(&session),
+            Err(api::Failure::NotFound) => {
+                self.session_error
+                    .set(Some("Такого заказа нет: вернитесь в магазин".into()));
+                if let Host::Frame(Some(origin)) = self.mode.with_value(|m| m.host.clone()) {
+                    let detail = frame::object(&[("code", "not_found".into())]);
+                    frame::post(&origin, "checkout:error", &[("detail", detail)]);
+                }
             }
             Err(_) => self.session_error.set(Some(
                 "Не удалось получить заказ магазина: обновите страницу".into(),
             )),
         }
     }
+}
+
+impl Widget {
+    /// What the session says (the shop's order, its amount, paid or lapsed).
+    fn take_session(self, session: &CheckoutSession) {
+        change(self, |c| {
+            if c.wants_session() {
+                c.adopt_session(session);
+            }
+            c.observe_session(session);
+        });
+    }
+}
+
+/// The session as the server wrote it into the page (`#checkout-session`), read once: what
+/// `GET /api/checkout-sessions/{id}` answered when the page was made.
+fn session_in_page(session_id: &str) -> Option<CheckoutSession> {
+    let element = web_sys::window()?
+        .document()?
+        .get_element_by_id("checkout-session")?;
+    element.remove();
+    let session: CheckoutSession = json::from_str(&element.text_content()?)?;
+    (session.session_id == session_id).then_some(session)
 }
 
 #[component]
@@ -551,6 +519,8 @@ fn App(mode: Mode) -> impl IntoView {
         balance: RwSignal::new(None),
         session_error: RwSignal::new(None),
         elsewhere: RwSignal::new(None),
+        ids: StoredValue::new_local(next_ids()),
+        acted: StoredValue::new_local(false),
     };
     widget
         .channel
@@ -560,6 +530,10 @@ fn App(mode: Mode) -> impl IntoView {
     tell_the_host(widget);
     // The intent (and its key) is saved the moment it exists.
     change(widget, |_| ());
+    let in_page = widget.mode.with_value(|m| session_in_page(&m.session_id));
+    if let Some(session) = &in_page {
+        widget.take_session(session);
+    }
 
     // On load: get a shopper, learn the payment's refunds from the server, then resume
     // whatever was in flight when the page went away.
@@ -583,15 +557,47 @@ fn App(mode: Mode) -> impl IntoView {
         {
             change(widget, |c| c.sync_refunds(&details));
         }
-        widget.read_session().await;
+        if in_page.is_none() {
+            widget.read_session().await;
+        }
         widget.advance::<PaymentKind>(false);
         widget.refresh_balance().await;
     });
 
+    // In a shop's frame: say it is ready, and keep the frame as tall as the page.
+    if let Host::Frame(Some(origin)) = widget.mode.with_value(|m| m.host.clone()) {
+        request_animation_frame(move || {
+            frame::post(&origin, "checkout:ready", &[]);
+            frame::follow_height(origin);
+        });
+    }
+    let full_page = widget.mode.with_value(|m| matches!(m.host, Host::Page));
+    if full_page
+        && let Some(body) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.body())
+    {
+        let _ = body.class_list().add_1("full-page-background");
+    }
+
     let notice = move || widget.checkout.with(|c| c.notice.clone());
+    // The one live region, there from the start: what is happening, then how it ended.
+    let announcement = move || {
+        widget.checkout.with(|c| match (c.receipt(), &c.session) {
+            (Some(receipt), _) => format!("Оплачено: {}", format_rub(receipt.amount)),
+            (None, SessionState::Paid { .. }) => "Заказ уже оплачен".into(),
+            (None, SessionState::Expired) => "Срок оплаты истёк".into(),
+            (None, SessionState::Open) if !c.payment.is_pending() => {
+                format!("Платёж не прошёл. {}", payment_status(&c.payment))
+            }
+            _ => payment_status(&c.payment),
+        })
+    };
+    let title = widget.id("checkout-title");
     let card = view! {
-            <section class="card" aria-labelledby="checkout-title">
-                {move || notice().map(|text| view! { <p class="notice" role="alert">{text}</p> })}
+            <section class="card" aria-labelledby=title>
+                <div class="visually-hidden announce" role="status" aria-live="polite">{announcement}</div>
+                {move || notice().map(|text| view! { <p class="notice">{text}</p> })}
                 <OrderSummary widget />
                 {move || {
                     let settled = widget.checkout.with(Checkout::is_settled);
@@ -608,8 +614,12 @@ fn App(mode: Mode) -> impl IntoView {
                 </footer>
             </section>
     };
-    // The root every style rule is scoped to, so that the host page's look is left alone.
-    view! { <div class="checkout">{card}</div> }
+    let root = if full_page {
+        "checkout full-page"
+    } else {
+        "checkout"
+    };
+    view! { <main class=root>{card}</main> }
 }
 
 #[component]
@@ -617,7 +627,7 @@ fn OrderSummary(widget: Widget) -> impl IntoView {
     let order = move || widget.checkout.with(|c| c.payment.request.clone());
     view! {
         <header class="card-header">
-            <h1 id="checkout-title">"Оформление заказа"</h1>
+            <h1 id=widget.id("checkout-title")>"Оформление заказа"</h1>
             {move || order().shop_name.map(|name| view! { <p class="shop-name">"Продавец: "{name}</p> })}
             <p class="order-id">"Заказ № "<span class="order-number">{move || order().order_id}</span></p>
         </header>
@@ -643,6 +653,9 @@ fn OrderSummary(widget: Widget) -> impl IntoView {
     }
 }
 
+/// Whether the page's `checkout:pay-enabled` mark is made (once per page, whatever re-renders).
+static PAY_ENABLED_MARKED: AtomicBool = AtomicBool::new(false);
+
 #[component]
 fn PayPanel(widget: Widget) -> impl IntoView {
     let waiting = move || widget.elsewhere.get() == Some(Which::Payment);
@@ -663,13 +676,36 @@ fn PayPanel(widget: Widget) -> impl IntoView {
             .checkout
             .with(|c| matches!(c.payment.phase, Phase::Failed { .. }))
     };
+    // The moment the shopper can first pay, on the page's timeline: what the widget's load is
+    // measured to (bench: `widget-load`).
+    Effect::new(move |_| {
+        let ready = !(in_flight() || no_session());
+        if ready
+            && !PAY_ENABLED_MARKED.swap(true, Ordering::Relaxed)
+            && let Some(performance) = web_sys::window().and_then(|w| w.performance())
+        {
+            let _ = performance.mark("checkout:pay-enabled");
+        }
+    });
+    // Back from an outcome (paying again): the focus goes to the action again.
+    let button = NodeRef::<leptos::html::Button>::new();
+    Effect::new(move |_| {
+        if widget.acted.get_value()
+            && let Some(button) = button.get()
+        {
+            let _ = button.focus();
+        }
+    });
     view! {
+        // `aria-disabled`, not `disabled`: a disabled button would drop the focus the shopper
+        // put on it; this one keeps it, and ignores clicks while it waits.
         <button
             class="pay"
             type="button"
-            disabled=move || in_flight() || no_session()
+            node_ref=button
+            aria-disabled=move || if in_flight() || no_session() { "true" } else { "false" }
             aria-busy=move || if in_flight() { "true" } else { "false" }
-            on:click=move |_| widget.pay()
+            on:click=move |_| if !(in_flight() || no_session()) { widget.pay() }
         >
             <span class="spinner" aria-hidden="true"></span>
             {move || {
@@ -677,27 +713,59 @@ fn PayPanel(widget: Widget) -> impl IntoView {
                 if total > 0 { format!("Оплатить {}", format_rub(total)) } else { "Оплатить".into() }
             }}
         </button>
-        <p class="status" class:status-error=failed role="status" aria-live="polite">{status}</p>
+        <p class="status" class:status-error=failed>{status}</p>
     }
 }
 
 /// After the purchase has an outcome: the receipt (with refunds); the session paid or expired
-/// otherwise; or the decline, with paying again offered while the session is open.
+/// otherwise; or the decline, with paying again offered while the session is open. On a full
+/// page, the way back to the shop (and, once paid, it goes there by itself).
 #[component]
 fn Outcome(widget: Widget) -> impl IntoView {
     let checkout = widget.checkout;
+    let outcome = NodeRef::<leptos::html::Div>::new();
+    // The view changed under the shopper's focus (the button is gone): the focus goes to what
+    // replaced it.
+    Effect::new(move |_| {
+        if widget.acted.get_value()
+            && let Some(outcome) = outcome.get()
+        {
+            let _ = outcome.focus();
+        }
+    });
+    let full_page = widget.mode.with_value(|m| matches!(m.host, Host::Page));
+    let return_url = move || {
+        checkout
+            .with(|c| c.payment.request.return_url.clone())
+            .filter(|_| full_page)
+    };
+    // Paid, on a full page with somewhere to go back to: back to the shop after a moment.
+    Effect::new(move |_| {
+        let paid = checkout.with(|c| matches!(c.host_event(), Some(HostEvent::Paid(_))));
+        if let (true, Some(url)) = (paid, return_url()) {
+            spawn_local(async move {
+                gloo_timers::future::sleep(std::time::Duration::from_secs(3)).await;
+                if let Some(window) = web_sys::window() {
+                    let _ = window.location().assign(&url);
+                }
+            });
+        }
+    });
+    let title = widget.id("outcome-title");
+    let labelled = title.clone();
     view! {
+        <div class="outcome" tabindex="-1" node_ref=outcome aria-labelledby=labelled>
         {move || match checkout.with(|c| (c.receipt().cloned(), c.session.clone())) {
-            (Some(receipt), _) => view! { <Receipt receipt /> <ShopRefunds widget /> }.into_any(),
+            (Some(receipt), _) => view! { <Receipt receipt title=title.clone() /> <ShopRefunds widget /> }.into_any(),
             (None, SessionState::Paid { .. }) => view! {
-                <div class="already-paid" role="status">
-                    <p class="already-paid-title"><span class="tick" aria-hidden="true">"✓"</span>" Заказ уже оплачен"</p>
+                <div class="already-paid">
+                    <p class="already-paid-title" id=title.clone()><span class="tick" aria-hidden="true">"✓"</span>" Заказ уже оплачен"</p>
                     <p>"Этот заказ оплачен, платить ещё раз не нужно."</p>
                 </div>
             }.into_any(),
             (None, SessionState::Expired) => view! {
-                <div class="expired" role="alert">
-                    <p class="expired-title">"Срок оплаты истёк"</p>
+                <div class="expired">
+                    <p class="expired-title" id=title.clone()>"Срок оплаты истёк"</p>
                     <p>"Деньги не списаны. Вернитесь в магазин и оформите заказ снова."</p>
                 </div>
             }.into_any(),
@@ -705,8 +773,8 @@ fn Outcome(widget: Widget) -> impl IntoView {
                 let status = checkout.with(|c| payment_status(&c.payment));
                 let again = checkout.with(Checkout::can_pay_again);
                 view! {
-                    <div class="declined" role="alert">
-                        <p class="decline-title">"Платёж не прошёл"</p>
+                    <div class="declined">
+                        <p class="decline-title" id=title.clone()>"Платёж не прошёл"</p>
                         <p class="status">{status}</p>
                     </div>
                     {again.then(|| view! {
@@ -718,14 +786,25 @@ fn Outcome(widget: Widget) -> impl IntoView {
                 }.into_any()
             }
         }}
+        {move || return_url().map(|url| {
+            let paid = checkout.with(|c| matches!(c.host_event(), Some(HostEvent::Paid(_))));
+            view! {
+                {paid.then(|| view! { <p class="hint returning">"Через 3 секунды вернём вас в магазин."</p> })}
+                <a class="return" href=url>"Вернуться в магазин"</a>
+            }
+        })}
+        </div>
     }
 }
 
-/// Tells the embedding page (or app) how the purchase ended, once per outcome and page load:
-/// `checkout:paid` `{payment_id, amount, status}` or `checkout:declined` `{code}`, bubbling up
-/// from the host element; and a component's `on_paid` / `on_declined`. Never a balance: that
-/// is the shopper's, not the shop's.
+/// Tells the shop's page that framed the payment page how the purchase ended, once per outcome
+/// and page load: `checkout:paid` `{payment_id, amount, status}` or `checkout:declined`
+/// `{code}`, by `postMessage` to the origin the checkout vouched for only. Never a balance: that
+/// is the shopper's, not the shop's. A full page tells no one (it goes back by `return_url`).
 fn tell_the_host(widget: Widget) {
+    let Host::Frame(Some(origin)) = widget.mode.with_value(|m| m.host.clone()) else {
+        return;
+    };
     let told = StoredValue::new(None::<String>);
     Effect::new(move |_| {
         let Some((event, key)) = widget
@@ -740,36 +819,24 @@ fn tell_the_host(widget: Widget) {
         }
         told.set_value(Some(identity));
         let detail = match &event {
-            HostEvent::Paid(paid) => json::to_js(paid),
-            HostEvent::Declined(declined) => json::to_js(declined),
+            HostEvent::Paid(paid) => frame::object(&[
+                ("payment_id", paid.payment_id.as_str().into()),
+                ("amount", (paid.amount as f64).into()),
+                ("status", paid.status.as_str().into()),
+            ]),
+            HostEvent::Declined(declined) => {
+                frame::object(&[("code", declined.code.as_str().into())])
+            }
         };
-        let (host, on_paid, on_declined) = widget.mode.with_value(|mode| {
-            let host = mode.host.element();
-            (host, mode.on_paid, mode.on_declined)
-        });
-        let init = web_sys::CustomEventInit::new();
-        init.set_bubbles(true);
-        init.set_composed(true);
-        init.set_detail(&detail.unwrap_or_default());
-        if let (Some(host), Ok(dom_event)) = (
-            host,
-            web_sys::CustomEvent::new_with_event_init_dict(event.name(), &init),
-        ) {
-            let _ = host.dispatch_event(&dom_event);
-        }
-        match (event, on_paid, on_declined) {
-            (HostEvent::Paid(paid), Some(on_paid), _) => on_paid.run(paid),
-            (HostEvent::Declined(declined), _, Some(on_declined)) => on_declined.run(declined),
-            _ => {}
-        }
+        frame::post(&origin, event.name(), &[("detail", detail)]);
     });
 }
 
 #[component]
-fn Receipt(receipt: Payment) -> impl IntoView {
+fn Receipt(receipt: Payment, title: String) -> impl IntoView {
     view! {
-        <div class="receipt" role="status" aria-live="polite" aria-labelledby="receipt-title">
-            <p id="receipt-title" class="receipt-title"><span class="tick" aria-hidden="true">"✓"</span>" Оплачено"</p>
+        <div class="receipt">
+            <p id=title class="receipt-title"><span class="tick" aria-hidden="true">"✓"</span>" Оплачено"</p>
             <dl>
                 <dt>"Платёж"</dt><dd class="payment-id">{receipt.payment_id}</dd>
                 <dt>"Сумма"</dt><dd class="receipt-amount">{format_rub(receipt.amount)}</dd>
@@ -785,10 +852,12 @@ fn Receipt(receipt: Payment) -> impl IntoView {
 #[component]
 fn ShopRefunds(widget: Widget) -> impl IntoView {
     let refunds = move || widget.checkout.with(|c| c.refunds.clone());
+    let title = widget.id("refund-title");
+    let labelled = title.clone();
     view! {
         <Show when=move || !refunds().is_empty()>
-            <section class="refund" aria-labelledby="refund-title">
-                <h2 id="refund-title">"Возвраты магазина"</h2>
+            <section class="refund" aria-labelledby=labelled.clone()>
+                <h2 id=title.clone()>"Возвраты магазина"</h2>
                 <ul class="refunds">
                     {move || refunds().into_iter().map(|r| view! {
                         <li class="refund-line">

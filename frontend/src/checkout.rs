@@ -47,6 +47,9 @@ pub struct Order {
     /// The amount's breakdown, if the shop gave one.
     pub items: Vec<Item>,
     pub currency: String,
+    /// Where the full payment page sends the shopper back to, if the shop said.
+    #[serde(default)]
+    pub return_url: Option<String>,
 }
 
 impl Order {
@@ -76,6 +79,7 @@ impl Order {
             order_id: session.order_id.clone(),
             amount: session.amount,
             description: session.description.clone(),
+            return_url: session.return_url.clone(),
             items: session
                 .items
                 .iter()
@@ -139,7 +143,8 @@ pub enum HostEvent {
 }
 
 /// `checkout:paid`'s `detail`: which payment paid the session, and how much.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(Serialize))]
 pub struct PaidDetail {
     pub payment_id: String,
     pub amount: i64,
@@ -147,7 +152,8 @@ pub struct PaidDetail {
 }
 
 /// `checkout:declined`'s `detail`: why, by the problem's stable code.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(test, derive(Serialize))]
 pub struct DeclinedDetail {
     pub code: ErrorCode,
 }
@@ -182,6 +188,7 @@ impl Checkout {
             description: None,
             items: Vec::new(),
             currency: "RUB".into(),
+            return_url: None,
         };
         Checkout {
             payment: Intent::new(new_key(seed.key), order, now_ms),
@@ -471,6 +478,7 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
         description,
         items: items.unwrap_or_default(),
         currency: "RUB".into(),
+        return_url: None,
     };
     let mut payment = Intent::new(key, order, now_ms);
     // Whether it was ever sent is unknown: the server is asked.
@@ -486,9 +494,9 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
 
 /// The text after the first `prefix`, up to the next `"`, `,` or `}`.
 fn text_field(text: &str, prefix: &str) -> Option<String> {
-    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let (_, rest) = text.split_once(prefix)?;
     let end = rest.find(['"', ',', '}'])?;
-    Some(rest[..end].to_owned())
+    rest.get(..end).map(str::to_owned)
 }
 
 /// The first object holding a `key` and a `request` with an `order_id`.
@@ -590,6 +598,7 @@ mod tests {
             status: checkout_shared::CheckoutSessionStatus::Open,
             expires_at: "2026-12-03T12:00:00Z".into(),
             payment_id: None,
+            return_url: None,
         }
     }
 

@@ -7,8 +7,18 @@
 //! - [`messages`]: every refusal the shopper reads, in Russian, by problem `code`;
 //! - [`json`]: JSON text ⇄ Rust values (the browser's own `JSON` in the browser; `decode`, its
 //!   message-less serde decoder, keeps the widget small);
-//! - `app`, `api`, `storage`, `tabs` (wasm32 only): the Leptos component wiring that state to
-//!   signals, `sessionStorage`, the other tabs (Web Locks, BroadcastChannel) and the network.
+//! - `app`, `api`, `storage`, `tabs`, `frame` (wasm32 only): the Leptos component wiring that
+//!   state to signals, `sessionStorage`, the other tabs (Web Locks, BroadcastChannel), the
+//!   network, and the shop's page that framed it (`postMessage` to that one origin).
+//!
+//! The widget runs on the checkout's own origin, on the payment page `/pay/{session_id}`: in a
+//! frame of the shop's page (made by `v1/checkout.js`), or as a full page that returns the
+//! shopper to the shop. The shopper's credential never leaves this origin.
+
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+// SAFETY: the widget runs on the browser's one thread (no wasm threads are enabled).
+static ALLOCATOR: talc::TalckWasm = unsafe { talc::TalckWasm::new_global() };
 
 pub mod checkout;
 pub mod intent;
@@ -22,6 +32,8 @@ mod app;
 #[cfg(target_arch = "wasm32")]
 mod decode;
 #[cfg(target_arch = "wasm32")]
+mod frame;
+#[cfg(target_arch = "wasm32")]
 mod shopper;
 #[cfg(target_arch = "wasm32")]
 pub mod storage;
@@ -29,12 +41,4 @@ pub mod storage;
 mod tabs;
 
 #[cfg(target_arch = "wasm32")]
-pub use app::{CheckoutWidget, start};
-
-/// For a shop's page: `import init, { mount } from "…/checkout-frontend.js"; await init();
-/// mount(element, "cs_…")`. (A `<div data-checkout-session="cs_…">` is mounted on its own.)
-#[cfg(target_arch = "wasm32")]
-#[wasm_bindgen::prelude::wasm_bindgen(js_name = mount)]
-pub fn mount(host: web_sys::HtmlElement, session_id: String) {
-    app::mount(host, session_id);
-}
+pub use app::start;

@@ -9,8 +9,6 @@ use serde::de::DeserializeOwned;
 pub const SESSION: &str = "checkout.session";
 /// The widget's state, in its versioned envelope: the cart, the intents with their keys.
 pub const STATE: &str = "checkout.state";
-/// The dev page's demo-shop session (one per tab).
-pub const DEMO_CHECKOUT_SESSION: &str = "checkout.dev-session";
 /// Prefix of a state that could not be read, kept aside (never overwritten) for inspection.
 pub const UNREADABLE: &str = "checkout.state.unreadable.";
 

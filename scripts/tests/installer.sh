@@ -30,6 +30,11 @@ fake_chromium() { fake "$1/chromium" "Chromium 156.0.8078.73"; }
 fake_chromedriver() { fake "$1/chromedriver" "ChromeDriver 156.0.8078.73"; }
 fake_postgres() { fake "$1/initdb" "initdb (PostgreSQL) 15"; fake "$1/pg_ctl" "pg_ctl (PostgreSQL) 15"; }
 fake_schemathesis() { fake "$1/st" "st, version 4.32.5"; }
+fake_axe_core() {
+    mkdir -p "$1/axe-core"
+    : >"$1/axe-core/axe.min.js"
+    printf '{\n  "name": "axe-core",\n  "version": "4.14.1"\n}\n' >"$1/axe-core/package.json"
+}
 
 # A world where every tool is present, except those named; the installers are stubs.
 make_world() {
@@ -40,16 +45,17 @@ make_world() {
     : >"$dir/installs"
     cp "$here/../../Cargo.lock" "$dir/root/Cargo.lock"
     # Only the system programs the installer needs, so that no real tool leaks in.
-    for tool in bash awk env id basename dirname mkdir chmod; do
+    for tool in bash awk env id basename dirname mkdir chmod grep; do
         ln -s "$(command -v "$tool")" "$dir/sys/$tool"
     done
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
     { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_chromium fake_chromedriver \
-        fake_postgres fake_schemathesis; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+        fake_postgres fake_schemathesis fake_axe_core; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+    [[ $absent == *" axe-core "* ]] || fake_axe_core "$dir/root/tools/node_modules"
     [[ $absent == *" chromium "* ]] || fake_chromium "$dir/bin"
     [[ $absent == *" chromedriver "* ]] || fake_chromedriver "$dir/bin"
     [[ $absent == *" postgresql "* ]] || fake_postgres "$dir/pg"
@@ -89,6 +95,7 @@ STUB
 . "$dir/fakes.sh"
 echo "npm \$1" >>"$dir/installs"
 fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+fake_axe_core "$dir/root/tools/node_modules"
 STUB
     # python3 -m venv DIR: a virtual environment whose pip records what it installs.
     cat >"$dir/bin/python3" <<STUB
@@ -150,13 +157,14 @@ declare -A install_of=(
     [trunk]="cargo install trunk --version 0.21.14 --locked"
     [wasm-bindgen]="cargo install wasm-bindgen-cli --version $lock_version"
     [wasm-opt]="npm ci"
+    [axe-core]="npm ci"
     [chromium]="apt-get install chromium"
     [chromedriver]="apt-get install chromium-driver"
     [postgresql]="apt-get install postgresql"
     [wasm32]="rustup target add wasm32-unknown-unknown"
     [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
 )
-for tool in trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32 schemathesis; do
+for tool in trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql wasm32 schemathesis; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -169,7 +177,7 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt chromium chromedriver postgresql wasm32 schemathesis
+make_world "$dir" trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql wasm32 schemathesis
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
     "apt-get install chromium chromium-driver postgresql" \

@@ -41,6 +41,10 @@ pub struct CreateCheckoutSession {
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<LineItem>>,
+    /// Where the payment page, opened as a full page (`/pay/{session_id}`), sends the shopper
+    /// back after the outcome: `https://`, or `http://` to a loopback address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_url: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +80,9 @@ pub struct CheckoutSession {
     pub expires_at: String,
     #[serde(default)]
     pub payment_id: Option<String>,
+    /// Where the full payment page returns the shopper after the outcome, if the shop said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_url: Option<String>,
 }
 
 /// A shop as a shopper sees it.

@@ -2,6 +2,7 @@
 //! or a real PostgreSQL database, a small API client, and the contract's invariants checked
 //! in the database itself. Used by the backend's tests and by the browser tests.
 
+pub mod chromium;
 pub mod postgres;
 pub mod receiver;
 
@@ -722,6 +723,11 @@ pub struct Answer {
 impl Answer {
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// A header of the answer (names are lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
     }
 
     pub fn replayed(&self) -> bool {

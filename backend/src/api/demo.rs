@@ -20,7 +20,7 @@ use crate::operations::error::ApiError;
 use crate::operations::sessions::NewCheckoutSession;
 use crate::store::AccountKind;
 
-fn demo_only(app: &AppState) -> Result<(), ApiError> {
+pub fn demo_only(app: &AppState) -> Result<(), ApiError> {
     if app.demo {
         Ok(())
     } else {
@@ -63,7 +63,16 @@ pub async fn create_checkout_session(
     body: JsonBody<DemoCart>,
 ) -> Result<(StatusCode, Json<CheckoutSession>), ApiError> {
     demo_only(&app)?;
-    let items = cart(body.value.cart);
+    Ok((
+        StatusCode::CREATED,
+        Json(demo_session(&app, body.value.cart).await?),
+    ))
+}
+
+/// A session of the demo shop for its cart `number`, made as a shop's server makes one: keyed,
+/// through the protocol (with a key made here).
+pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession, ApiError> {
+    let items = cart(number);
     let order_id = format!("ORD-{:08X}", uuid::Uuid::new_v4().as_u128() as u32);
     let request = CreateCheckoutSession {
         order_id,
@@ -71,6 +80,7 @@ pub async fn create_checkout_session(
         currency: None,
         description: Some(format!("Заказ в «{DEMO_SHOP_NAME}»")),
         items: Some(items),
+        return_url: None,
     };
     let shop = accounts::Principal {
         account_id: DEMO_SHOP_ACCOUNT.into(),
@@ -100,5 +110,5 @@ pub async fn create_checkout_session(
     made.shop = Some(ShopView {
         name: DEMO_SHOP_NAME.into(),
     });
-    Ok((StatusCode::CREATED, Json(made)))
+    Ok(made)
 }

@@ -3,9 +3,11 @@
 //! requests as HTTP answers ([`keyed`]), errors as problems ([`problem`]), the OpenAPI document
 //! ([`openapi`]), `/metrics` on its own address ([`metrics`]), and the thin handlers, one module
 //! per resource: [`sessions`], [`payments`], [`refunds`], [`keys`], [`events`], [`accounts`],
-//! [`demo`].
+//! [`demo`]; the checkout's own pages and the widget's files ([`site`]), from the built widget
+//! as the server holds it ([`assets`]).
 
 pub mod accounts;
+pub mod assets;
 pub mod demo;
 pub mod events;
 pub mod extract;
@@ -19,6 +21,7 @@ pub mod problem;
 pub mod refunds;
 pub mod router;
 pub mod sessions;
+pub mod site;
 pub mod state;
 
 pub use router::{api_routes, router};

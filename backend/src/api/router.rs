@@ -1,30 +1,27 @@
 //! The router and what surrounds every request: body limit, timeout, request id, tracing,
-//! security headers, CORS, and problem+json for errors the framework produces itself. The API's
-//! routes are one list ([`api_routes`]), which the OpenAPI document is checked against.
+//! security headers, and problem+json for errors the framework produces itself. The API's
+//! routes are one list ([`api_routes`]), which the OpenAPI document is checked against; the
+//! checkout's own pages and the widget's files are [`site`](crate::api::site)'s.
+//!
+//! No CORS: a browser calls the API only from the checkout's own pages (the payment page, on
+//! this origin); shops call it from their servers.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{MethodRouter, get, post};
 use axum::{Router, middleware};
-use base64::Engine;
-use checkout_shared::{
-    ErrorCode, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,
-    PROBLEM_CONTENT_TYPE, Problem,
-};
-use sha2::{Digest, Sha256};
-use tower_http::cors::{Any, CorsLayer};
+use checkout_shared::{ErrorCode, PROBLEM_CONTENT_TYPE, Problem};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::services::ServeDir;
-use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::api::keyed::KeyOutcome;
 use crate::api::problem::problem_response;
+use crate::api::site::{self, Framable};
 use crate::api::state::AppState;
 use crate::api::{accounts, demo, events, health, keys, openapi, payments, refunds, sessions};
 
@@ -33,11 +30,11 @@ pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// either replays or runs afresh.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The API, the built widget at `/`, and the layers around them. `routes` and `wrap` are the
-/// test and benchmark seams (see [`crate::Seams`]); the shipped server passes neither.
+/// The API, the payment page, the widget's files, and the layers around them. `routes` and
+/// `wrap` are the test and benchmark seams (see [`crate::Seams`]); the shipped server passes
+/// neither.
 pub fn router(
     app: AppState,
-    static_dir: &Path,
     routes: Option<Router<AppState>>,
     wrap: Option<Box<dyn FnOnce(Router) -> Router + Send>>,
 ) -> Router {
@@ -46,22 +43,19 @@ pub fn router(
         .fold(Router::new(), |api, (_, path, handler)| {
             api.route(path, handler)
         })
-        .merge(openapi::docs_page());
+        .merge(openapi::docs_page())
+        .route("/pay/{session_id}", get(site::pay_page))
+        .fallback(site::files);
     if let Some(routes) = routes {
         api = api.merge(routes);
     }
+    let policy = HeaderValue::from_str(&app.site.policy("'none'")).expect("the policy is ASCII");
     let mut api = api.with_state(app);
     if let Some(wrap) = wrap {
         api = wrap(api);
     }
-    let api = if static_dir.is_dir() {
-        api.fallback_service(ServeDir::new(static_dir).append_index_html_on_directories(true))
-    } else {
-        api
-    };
     // Innermost first: each `layer` wraps everything above it.
-    let api = api
-        .layer(RequestBodyLimitLayer::new(BODY_LIMIT_BYTES))
+    api.layer(RequestBodyLimitLayer::new(BODY_LIMIT_BYTES))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
@@ -94,13 +88,10 @@ pub fn router(
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(cross_origin());
-    // Outermost, so that every answer has them, the framework's own errors included.
-    security_headers(static_dir)
-        .into_iter()
-        .fold(api, |api, (name, value)| {
-            api.layer(SetResponseHeaderLayer::overriding(name, value))
-        })
+        // Outermost, so that every answer has them, the framework's own errors included.
+        .layer(middleware::map_response(move |response| {
+            security_headers(response, policy.clone())
+        }))
 }
 
 /// Every route of the API: method, path, handler. The router is built from this list, and the
@@ -138,30 +129,6 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
         ("GET", "/healthz", get(health::healthz)),
         ("GET", "/api/openapi.json", get(openapi::document)),
     ]
-}
-
-/// The widget runs in shops' pages, on their origins: its script, its WebAssembly and the API
-/// it calls are open to every origin. Credentials are bearer tokens the page holds, never
-/// cookies, so no origin gains anything it could not do with the token itself.
-fn cross_origin() -> CorsLayer {
-    let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).expect("a header name");
-    CorsLayer::new()
-        .allow_origin(Any)
-        .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
-        .allow_headers([
-            header::AUTHORIZATION,
-            header::CONTENT_TYPE,
-            name(IDEMPOTENCY_KEY_HEADER),
-        ])
-        .expose_headers([
-            header::RETRY_AFTER,
-            header::LOCATION,
-            header::DATE,
-            name(IDEMPOTENT_REPLAYED_HEADER),
-            name(IDEMPOTENCY_KEY_EXPIRES_HEADER),
-            name("x-request-id"),
-        ])
-        .max_age(Duration::from_secs(600))
 }
 
 /// Counts and times every request by its route (as routed: `/api/payments/{payment_id}`, so
@@ -227,51 +194,27 @@ async fn problem_for_bare_errors(response: Response) -> Response {
     problem_answer
 }
 
-/// A strict policy for the widget's pages: scripts, styles and connections from this origin
-/// only, WebAssembly allowed to compile, no framing. The bearer token in `sessionStorage` is only
-/// as safe as the page's script policy. Trunk's build loads the widget with one inline module
-/// script; its SHA-256 (read from the built `index.html` at start) is the only inline script
-/// allowed.
-fn security_headers(static_dir: &Path) -> Vec<(HeaderName, HeaderValue)> {
-    let index = std::fs::read_to_string(static_dir.join("index.html")).unwrap_or_default();
-    let inline_scripts: String = inline_scripts(&index)
-        .map(|script| {
-            let digest = Sha256::digest(script.as_bytes());
-            format!(
-                " 'sha256-{}'",
-                base64::engine::general_purpose::STANDARD.encode(digest)
-            )
-        })
-        .collect();
-    let policy = format!(
-        "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'{inline_scripts}; \
-         style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
-         base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+/// Every answer: a strict content security policy (the checkout's pages' own, framed by no one,
+/// unless the answer set its own: the payment page), `nosniff`, no referrer, and
+/// `X-Frame-Options: DENY` except on a page that may be framed.
+async fn security_headers(mut response: Response, policy: HeaderValue) -> Response {
+    let framable = response.extensions().get::<Framable>().is_some_and(|f| f.0);
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
     );
-    vec![
-        (
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_str(&policy).expect("the policy is ASCII"),
-        ),
-        (
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ),
-        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
-        (
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        ),
-    ]
-}
-
-/// The contents of `<script>` elements that have no `src`, exactly as written.
-fn inline_scripts(html: &str) -> impl Iterator<Item = &str> {
-    html.split("<script").skip(1).filter_map(|rest| {
-        let (attributes, rest) = rest.split_once('>')?;
-        let (content, _) = rest.split_once("</script>")?;
-        (!attributes.contains("src=")).then_some(content)
-    })
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if !framable {
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
+    response
 }
 
 #[cfg(test)]
@@ -280,15 +223,6 @@ mod tests {
 
     use super::*;
     use utoipa::OpenApi;
-
-    #[test]
-    fn only_inline_scripts_are_hashed() {
-        let html = r#"<head><script type="module" nonce="x">import init from '/a.js';init();</script>
-            <script src="/b.js"></script><script>
-</script></head>"#;
-        let found: Vec<_> = inline_scripts(html).collect();
-        assert_eq!(found, ["import init from '/a.js';init();", "\n"]);
-    }
 
     #[test]
     fn the_document_lists_every_route_the_router_serves_and_nothing_else() {

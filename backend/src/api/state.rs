@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use checkout_idempotency::Protocol;
 
+use crate::api::assets::Site;
 use crate::operations::accounts::PrincipalCache;
 use crate::store::Store;
 
@@ -17,6 +18,8 @@ pub struct AppState {
     pub demo: bool,
     /// How long a new checkout session can be paid.
     pub session_ttl: Duration,
+    /// The built widget: the payment page and its files.
+    pub site: Arc<Site>,
     /// Wakes this instance's webhook delivery (an event was written or asked for again).
     pub deliveries: Arc<tokio::sync::Notify>,
 }

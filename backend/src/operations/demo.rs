@@ -24,6 +24,7 @@ pub async fn provision_shop(
     store: &Store,
     credentials: Option<&Path>,
     webhook_url: Option<&str>,
+    origins: &[String],
 ) -> Result<NewShop, ShopError> {
     let shop = shops::ensure_with_new_key(
         store,
@@ -31,6 +32,7 @@ pub async fn provision_shop(
         DEMO_SHOP_ACCOUNT,
         DEMO_SHOP_NAME,
         webhook_url,
+        origins,
     )
     .await?;
     if let Some(path) = credentials {

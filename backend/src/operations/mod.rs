@@ -6,6 +6,7 @@
 //! ([`answers`]), run by the protocol in one transaction. Nothing here knows HTTP.
 
 pub mod accounts;
+pub mod addresses;
 pub mod answers;
 pub mod demo;
 pub mod error;

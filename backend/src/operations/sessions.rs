@@ -12,6 +12,7 @@ use checkout_shared::{
 };
 
 use crate::operations::accounts::Principal;
+use crate::operations::addresses;
 use crate::operations::answers;
 use crate::operations::error::ApiError;
 use crate::store::{NewSession, SessionRow, Tx};
@@ -28,6 +29,7 @@ pub struct NewCheckoutSession {
     pub currency: String,
     pub description: Option<String>,
     pub items: Vec<LineItem>,
+    pub return_url: Option<String>,
     pub ttl: Duration,
 }
 
@@ -73,7 +75,11 @@ impl NewCheckoutSession {
                 request.amount
             )));
         }
+        if let Some(url) = &request.return_url {
+            addresses::secure_url(url).map_err(|why| invalid(format!("return_url: {why}")))?;
+        }
         Ok(NewCheckoutSession {
+            return_url: request.return_url,
             order_id: request.order_id,
             amount: request.amount,
             currency,
@@ -95,6 +101,7 @@ impl NewCheckoutSession {
             currency: Some(self.currency.clone()),
             description: self.description.clone(),
             items: Some(self.items.clone()),
+            return_url: self.return_url.clone(),
         })
         .expect("a request serializes")
     }
@@ -133,6 +140,7 @@ impl Operation<Tx> for NewCheckoutSession {
                 items: &items,
                 expires_at,
                 created_at: claim.now_ms,
+                return_url: self.return_url.as_deref(),
             })
             .await?;
         if !inserted {
@@ -162,6 +170,7 @@ impl Operation<Tx> for NewCheckoutSession {
             status: CheckoutSessionStatus::Open,
             expires_at: clock::rfc3339(expires_at),
             payment_id: None,
+            return_url: self.return_url.clone(),
         })))
     }
 }
@@ -186,5 +195,6 @@ pub fn public_view(row: SessionRow, now_ms: i64) -> CheckoutSession {
         status,
         expires_at: clock::rfc3339(row.expires_at),
         payment_id: row.payment_id,
+        return_url: row.return_url,
     }
 }

@@ -1,6 +1,7 @@
 //! Shops: merchant accounts that act with a secret key (`sk_…`, stored hashed), create checkout
 //! sessions for their orders, are paid into, and refund. An operator adds one with
-//! `checkout-server shop add --name NAME [--webhook-url URL]`, which prints the secrets once.
+//! `checkout-server shop add --name NAME [--webhook-url URL] [--origin URL…]`, which prints the
+//! secrets once.
 
 use base64::Engine;
 use serde::Serialize;
@@ -8,6 +9,7 @@ use serde::Serialize;
 use crate::clock;
 use crate::ids;
 use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
+use crate::operations::addresses;
 use crate::store::{AccountKind, ShopRow, Store, StoreError};
 
 /// What `shop add` prints, as one JSON line: the only time the secrets are shown.
@@ -25,6 +27,8 @@ pub enum ShopError {
     Name,
     #[error("the webhook URL must be an https URL (http only to a loopback address): {0}")]
     WebhookUrl(String),
+    #[error("an origin must be an https origin (http only on a loopback address), no path: {0}")]
+    Origin(String),
     #[error("there is no shop {0}")]
     UnknownShop(String),
     #[error("cannot hand over the shop's credentials: {0}")]
@@ -42,24 +46,40 @@ pub fn validate_name(name: &str) -> Result<(), ShopError> {
     }
 }
 
-/// Where a shop's events may go: an `https` URL; plain `http` only to this machine's loopback
-/// (a demo shop, a test receiver), never across a network in clear text. Redirects are never
-/// followed when sending, so this is where the events really go.
+/// Where a shop's events may go (see [`addresses::secure_url`]). Redirects are never followed
+/// when sending, so this is where the events really go.
 pub fn validate_webhook_url(url: &str) -> Result<(), ShopError> {
-    let parsed = url::Url::parse(url).map_err(|e| ShopError::WebhookUrl(format!("{url}: {e}")))?;
-    let loopback = match parsed.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return Err(ShopError::WebhookUrl(format!("{url}: no host"))),
-    };
-    match parsed.scheme() {
-        "https" => Ok(()),
-        "http" if loopback => Ok(()),
-        "http" => Err(ShopError::WebhookUrl(format!(
-            "{url}: use https (plain http only to a loopback address)"
-        ))),
-        _ => Err(ShopError::WebhookUrl(url.to_owned())),
+    addresses::secure_url(url)
+        .map(|_| ())
+        .map_err(|why| ShopError::WebhookUrl(format!("{url}: {why}")))
+}
+
+/// The origins whose pages may frame the shop's payment pages, as browsers spell them,
+/// without repeats.
+pub fn validate_origins(origins: &[String]) -> Result<Vec<String>, ShopError> {
+    let mut valid = Vec::new();
+    for text in origins {
+        let origin =
+            addresses::origin(text).map_err(|why| ShopError::Origin(format!("{text}: {why}")))?;
+        if !valid.contains(&origin) {
+            valid.push(origin);
+        }
+    }
+    Ok(valid)
+}
+
+/// Replaces the origins whose pages may frame the shop's payment pages (none: not framable;
+/// the full page still works).
+pub async fn set_origins(
+    store: &Store,
+    shop_id: &str,
+    origins: &[String],
+) -> Result<Vec<String>, ShopError> {
+    let origins = validate_origins(origins)?;
+    if store.set_shop_origins(shop_id, &origins).await? {
+        Ok(origins)
+    } else {
+        Err(ShopError::UnknownShop(shop_id.to_owned()))
     }
 }
 
@@ -100,14 +120,17 @@ pub async fn add(
     store: &Store,
     name: &str,
     webhook_url: Option<&str>,
+    origins: &[String],
 ) -> Result<NewShop, ShopError> {
     validate(name, webhook_url)?;
+    let origins = validate_origins(origins)?;
     let shop = ShopRow {
         shop_id: ids::new_id("shop_"),
         account_id: ids::new_id("acc_"),
         name: name.trim().to_owned(),
         webhook_url: webhook_url.map(str::to_owned),
         signing_secret: new_signing_secret(),
+        origins,
     };
     let secret_key = new_secret("sk_");
     let created = NewShop {
@@ -143,8 +166,10 @@ pub async fn ensure_with_new_key(
     account_id: &str,
     name: &str,
     webhook_url: Option<&str>,
+    origins: &[String],
 ) -> Result<NewShop, ShopError> {
     validate(name, webhook_url)?;
+    let origins = validate_origins(origins)?;
     let secret_key = new_secret("sk_");
     let (shop_id, account_id, name) = (shop_id.to_owned(), account_id.to_owned(), name.to_owned());
     let webhook_url = webhook_url.map(str::to_owned);
@@ -154,8 +179,9 @@ pub async fn ensure_with_new_key(
             Box::pin(async move {
                 if let Some(shop) = tx.shop(&shop_id).await? {
                     tx.set_token_hash(&shop.account_id, &hash).await?;
-                    // Its endpoint follows the setting, start after start.
+                    // Its endpoint and origins follow the settings, start after start.
                     tx.set_webhook_url(&shop_id, webhook_url.as_deref()).await?;
+                    tx.set_origins(&shop_id, &origins).await?;
                     return Ok((shop_id, shop.signing_secret));
                 }
                 let now = clock::now_ms();
@@ -165,6 +191,7 @@ pub async fn ensure_with_new_key(
                     name,
                     webhook_url,
                     signing_secret: new_signing_secret(),
+                    origins,
                 };
                 tx.insert_account(
                     &shop.account_id,

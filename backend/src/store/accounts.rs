@@ -23,14 +23,20 @@ pub const INSERT_ACCOUNT: &str = "\
 pub const SET_TOKEN_HASH: &str = "UPDATE accounts SET token_hash = $2 WHERE account_id = $1";
 
 pub const INSERT_SHOP: &str = "\
-    INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at) \
-    VALUES ($1, $2, $3, $4, $5, $6)";
+    INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at, origins) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 pub const SHOP: &str = "\
-    SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE shop_id = $1";
+    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins FROM shops \
+     WHERE shop_id = $1";
 
 pub const SHOP_OF_ACCOUNT: &str = "\
-    SELECT shop_id, account_id, name, webhook_url, signing_secret FROM shops WHERE account_id = $1";
+    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins FROM shops \
+     WHERE account_id = $1";
+
+/// The origins whose pages may frame a shop's payment pages (a JSON array).
+pub const SET_SHOP_ORIGINS: &str =
+    "UPDATE shops SET origins = $2 WHERE shop_id = $1 RETURNING account_id";
 
 /// A shop's webhook URL, set or cleared by its operator.
 pub const SET_SHOP_WEBHOOK_URL: &str =
@@ -90,6 +96,8 @@ pub struct ShopRow {
     pub name: String,
     pub webhook_url: Option<String>,
     pub signing_secret: String,
+    /// The origins (`https://shop.example`) whose pages may frame its payment pages.
+    pub origins: Vec<String>,
 }
 
 impl ShopRow {
@@ -100,6 +108,7 @@ impl ShopRow {
             name: row.text("name")?,
             webhook_url: row.opt_text("webhook_url")?,
             signing_secret: row.text("signing_secret")?,
+            origins: serde_json::from_str(&row.text("origins")?)?,
         })
     }
 }
@@ -142,6 +151,18 @@ impl Store {
             .read(SHOP_OF_ACCOUNT, &[Arg::Text(account_id)], ShopRow::read)
             .await?;
         Ok(rows.into_iter().next())
+    }
+
+    /// Replaces the origins whose pages may frame the shop's payment pages, in a transaction of
+    /// its own; `false` if there is no such shop.
+    pub async fn set_shop_origins(
+        &self,
+        shop_id: &str,
+        origins: &[String],
+    ) -> Result<bool, StoreError> {
+        let (shop_id, origins) = (shop_id.to_owned(), origins.to_vec());
+        self.write(move |tx| Box::pin(async move { tx.set_origins(&shop_id, &origins).await }))
+            .await
     }
 
     /// Sets (or clears) a shop's webhook URL, in a transaction of its own (see
@@ -198,6 +219,7 @@ impl Tx {
     }
 
     pub async fn insert_shop(&mut self, shop: &ShopRow, now_ms: i64) -> Result<(), StoreError> {
+        let origins = serde_json::to_string(&shop.origins).expect("origins serialize");
         self.execute(
             INSERT_SHOP,
             &[
@@ -207,6 +229,7 @@ impl Tx {
                 Arg::OptText(shop.webhook_url.as_deref()),
                 Arg::Text(&shop.signing_secret),
                 Arg::Int(now_ms),
+                Arg::Text(&origins),
             ],
         )
         .await
@@ -243,5 +266,23 @@ impl Tx {
         };
         self.execute(statement, &[Arg::Text(&account_id)]).await?;
         Ok(true)
+    }
+
+    /// Replaces the origins whose pages may frame the shop's payment pages; `false` if there is
+    /// no such shop.
+    pub async fn set_origins(
+        &mut self,
+        shop_id: &str,
+        origins: &[String],
+    ) -> Result<bool, StoreError> {
+        let origins = serde_json::to_string(origins).expect("origins serialize");
+        let set = self
+            .fetch_optional(
+                SET_SHOP_ORIGINS,
+                &[Arg::Text(shop_id), Arg::Text(&origins)],
+                |row| row.text("account_id"),
+            )
+            .await?;
+        Ok(set.is_some())
     }
 }

@@ -7,17 +7,19 @@ use super::{Store, StoreError, Tx};
 /// Inserts nothing when the order has a session already; the unique index decides.
 pub const INSERT_SESSION: &str = "\
     INSERT INTO checkout_sessions (session_id, shop_account_id, order_id, amount, currency, \
-                                   description, items, status, expires_at, created_at) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'open', $8, $9) \
+                                   description, items, status, expires_at, created_at, return_url) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'open', $8, $9, $10) \
     ON CONFLICT (shop_account_id, order_id) DO NOTHING RETURNING session_id";
 
 pub const SESSION_OF_ORDER: &str =
     "SELECT session_id FROM checkout_sessions WHERE shop_account_id = $1 AND order_id = $2";
 
-/// A session with its shop's name: the public view, and what a payment decides on.
+/// A session with its shop's name and the origins that may frame its payment page: the public
+/// view, the page, and what a payment decides on.
 pub const SESSION: &str = "\
     SELECT s.session_id, s.shop_account_id, s.order_id, s.amount, s.currency, s.description, \
-           s.items, s.status, s.payment_id, s.expires_at, sh.name AS shop_name \
+           s.items, s.status, s.payment_id, s.expires_at, s.return_url, sh.name AS shop_name, \
+           sh.origins AS shop_origins \
       FROM checkout_sessions s JOIN shops sh ON sh.account_id = s.shop_account_id \
      WHERE s.session_id = $1";
 
@@ -62,6 +64,9 @@ pub struct SessionRow {
     pub status: String,
     pub payment_id: Option<String>,
     pub expires_at: i64,
+    pub return_url: Option<String>,
+    /// The origins whose pages may frame the payment page (its shop's).
+    pub shop_origins: Vec<String>,
 }
 
 impl SessionRow {
@@ -78,6 +83,8 @@ impl SessionRow {
             status: row.text("status")?,
             payment_id: row.opt_text("payment_id")?,
             expires_at: row.int("expires_at")?,
+            return_url: row.opt_text("return_url")?,
+            shop_origins: serde_json::from_str(&row.text("shop_origins")?)?,
         })
     }
 }
@@ -92,6 +99,7 @@ pub struct NewSession<'a> {
     pub items: &'a str,
     pub expires_at: i64,
     pub created_at: i64,
+    pub return_url: Option<&'a str>,
 }
 
 /// What [`Tx::take_session`] took: the session's terms, as its shop set them.
@@ -140,6 +148,7 @@ impl Tx {
                     Arg::Text(session.items),
                     Arg::Int(session.expires_at),
                     Arg::Int(session.created_at),
+                    Arg::OptText(session.return_url),
                 ],
                 |row| row.text("session_id"),
             )

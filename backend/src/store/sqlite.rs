@@ -525,12 +525,20 @@ impl Row for rusqlite::Row<'_> {
 }
 
 pub fn classify(error: rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked, DiskFull, ReadOnly, SystemIoFailure};
     match &error {
         rusqlite::Error::SqliteFailure(failure, _)
             if matches!(failure.code, DatabaseBusy | DatabaseLocked) =>
         {
             StoreError::Busy(error.into())
+        }
+        // The file is full (or the disk failed) but the statement alone was undone: the unit's
+        // savepoint rolls back and the request is refused as the database's trouble (503),
+        // not as a bug of ours (500).
+        rusqlite::Error::SqliteFailure(failure, _)
+            if matches!(failure.code, DiskFull | SystemIoFailure | ReadOnly) =>
+        {
+            StoreError::Unavailable(error.into())
         }
         _ => StoreError::Other(error.into()),
     }

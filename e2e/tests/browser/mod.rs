@@ -1,23 +1,24 @@
 //! A shopper in a real browser: Debian's headless Chromium driven through chromedriver (started
 //! here on a free port), buying in the demo shop (its own process and database), whose order
-//! page embeds the release-built widget served by a checkout-server with fault injection, on
-//! another origin. A failing scenario leaves a screenshot under `target/e2e-screenshots/`.
+//! page frames the checkout's payment page (the release-built widget, served by a
+//! checkout-server with fault injection, on another origin). The scenario works inside that
+//! frame ([`Checkout::enter_widget`]) and steps out to the shop's page for what the shop shows
+//! ([`Checkout::on_the_page`]). A failing scenario leaves a screenshot under
+//! `target/e2e-screenshots/`.
 //!
 //! Shared by the test binaries `checkout` and `intents`; each uses part of it.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::net::TcpStream;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkout_testkit::{Api, Backend, DemoShop, OPENING_BALANCE, Server, TestDb};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use futures::FutureExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-faults");
 pub const SHOP: &str = env!("CARGO_BIN_EXE_demo-shop-for-tests");
@@ -52,6 +53,9 @@ macro_rules! scenario {
 }
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// The pay button, ready to be clicked (it is `aria-disabled` while it waits, keeping focus).
+pub const PAY_ENABLED: &str = "button.pay:not([aria-disabled='true'])";
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -70,15 +74,6 @@ fn dist() -> String {
     dist.display().to_string()
 }
 
-struct Chromedriver(Child);
-
-impl Drop for Chromedriver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One scenario's world: a database, a checkout server over it, the demo shop, a browser.
 pub struct Checkout {
     pub db: TestDb,
@@ -88,8 +83,9 @@ pub struct Checkout {
     /// Where the demo checkout writes the demo shop's credentials, for the shop to read.
     credentials: Arc<tempfile::TempDir>,
     /// Shared with [`Checkout::run`], so that a failed scenario can still be photographed.
-    _driver: Arc<Chromedriver>,
-    _profile: Arc<tempfile::TempDir>,
+    chromium: Arc<checkout_testkit::chromium::Chromium>,
+    /// The shopper's token as last read in the widget's frame.
+    shopper_token: std::sync::Mutex<Option<String>>,
 }
 
 impl Checkout {
@@ -118,52 +114,20 @@ impl Checkout {
             env.push(("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url));
         }
         env.retain(|(k, v)| !(*k == "CHECKOUT_DEMO_SHOP_WEBHOOK_URL" && v.is_empty()));
+        // The shop's order page frames the payment page: its origin is registered, whether or
+        // not it hears webhooks.
+        env.push(("CHECKOUT_DEMO_SHOP_ORIGIN", &shop.base));
         let server =
             start_server(&db, faults, Some(&checkout_port), &env, credentials.path()).await;
-        let port = checkout_testkit::postgres::free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver starts (the README's test command installs it)");
-        let driver = Arc::new(Chromedriver(driver));
-        let listening = || async { TcpStream::connect(("127.0.0.1", port)).is_ok() };
-        checkout_testkit::wait_until(
-            &format!("chromedriver did not listen on {port}"),
-            WAIT,
-            listening,
-        )
-        .await;
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let profile = Arc::new(tempfile::tempdir().unwrap());
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", "--no-first-run", "--disable-popup-blocking",
-                    "--window-size=520,900", format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let browser = ClientBuilder::rustls()
-            .expect("rustls")
-            .capabilities(caps)
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-            .expect("a Chromium session");
+        let (chromium, browser) = checkout_testkit::chromium::open(520, 900).await;
         Checkout {
             db,
             server,
             shop,
             credentials,
             browser,
-            _driver: driver,
-            _profile: profile,
+            chromium,
+            shopper_token: Default::default(),
         }
     }
 
@@ -183,7 +147,7 @@ impl Checkout {
         let browser = checkout.browser.clone();
         let log = checkout.server.log_handle();
         let shop_log = checkout.shop.log_handle();
-        let _keep_alive = (checkout._driver.clone(), checkout._profile.clone());
+        let _keep_alive = checkout.chromium.clone();
         match AssertUnwindSafe(scenario(checkout)).catch_unwind().await {
             Ok(checkout) => {
                 let _ = checkout.browser.close().await;
@@ -225,8 +189,10 @@ impl Checkout {
     }
 
     /// Orders these `(product, quantity)` in the storefront and waits on the order page until
-    /// the widget shows the order and the shopper's balance.
+    /// the widget (in its frame, which the scenario is in afterwards) shows the order and the
+    /// shopper's balance.
     pub async fn order(&self, cart: &[(&str, u32)]) {
+        self.on_top().await;
         self.browser
             .goto(&format!("{}/", self.shop.base))
             .await
@@ -237,18 +203,52 @@ impl Checkout {
                 .await;
         }
         self.click("button.checkout", 1).await;
+        self.enter_widget().await;
         self.wait_for(".checkout .balance").await;
-        self.wait_for("button.pay:not([disabled])").await;
+        self.wait_for(PAY_ENABLED).await;
         self.record_statuses().await;
     }
 
-    /// The checkout session the order page's widget pays.
-    pub async fn session_id(&self) -> String {
-        self.js("return document.querySelector('[data-checkout-session]').dataset.checkoutSession;")
+    /// Into the payment page's frame on the shop's page (the first one, or the one in the
+    /// element `host`).
+    pub async fn enter_widget(&self) {
+        self.enter_frame_in("").await;
+    }
+
+    /// Into the frame inside the element matching `host` (`#a`), or the first frame.
+    pub async fn enter_frame_in(&self, host: &str) {
+        self.on_top().await;
+        let frame = self.wait_for(format!("{host} iframe").trim_start()).await;
+        frame.enter_frame().await.expect("into the widget's frame");
+        self.wait_for(".checkout").await;
+    }
+
+    /// Out of any frame, into the page the tab shows.
+    pub async fn on_top(&self) {
+        self.browser
+            .enter_frame(None)
             .await
-            .as_str()
-            .expect("a widget on the page")
-            .to_owned()
+            .expect("to the top page");
+    }
+
+    /// Runs `script` in the shop's page (outside the widget's frame), then steps back into it.
+    pub async fn on_the_page(&self, script: &str) -> Value {
+        self.on_top().await;
+        let value = self.js(script).await;
+        self.enter_widget().await;
+        value
+    }
+
+    /// The checkout session the widget pays (in its frame: `/pay/{session_id}`).
+    pub async fn session_id(&self) -> String {
+        self.js(
+            "return location.pathname.startsWith('/pay/') ? location.pathname.slice(5) \
+             : document.querySelector('[data-checkout-session]').dataset.checkoutSession;",
+        )
+        .await
+        .as_str()
+        .expect("a widget")
+        .to_owned()
     }
 
     /// Where the widget keeps its state in `sessionStorage`: under its session.
@@ -256,8 +256,11 @@ impl Checkout {
         format!("checkout.state.{}", self.session_id().await)
     }
 
+    /// A refresh of the shop's page (the frame comes back with it); then back in the widget.
     pub async fn reload(&self) {
+        self.on_top().await;
         self.browser.refresh().await.unwrap();
+        self.enter_widget().await;
         self.wait_for(".card").await;
         self.record_statuses().await;
     }
@@ -333,6 +336,21 @@ impl Checkout {
         }
     }
 
+    /// A new session of the demo shop (made through the API with its secret key): its id.
+    pub async fn shop_session(&self, order_id: &str, amount: i64) -> String {
+        let api = self.shop_api();
+        let made = api
+            .send(api.post(
+                "/api/checkout-sessions",
+                Some(&checkout_testkit::new_key()),
+                &checkout_testkit::session_request(order_id, amount),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(made.status, reqwest::StatusCode::CREATED, "{}", made.body);
+        made.json()["session_id"].as_str().unwrap().to_owned()
+    }
+
     /// Clicks `times` times within one JavaScript task: no re-render happens in between, so
     /// the button's own disabling cannot be what keeps the payment single.
     pub async fn click(&self, css: &str, times: usize) {
@@ -401,14 +419,28 @@ impl Checkout {
             .to_owned()
     }
 
-    /// The API as this shopper: to check what the ledger holds.
+    /// The API as this shopper: to check what the ledger holds. The token is the widget's (in
+    /// its frame); elsewhere (the back office), the one last seen there.
     pub async fn api(&self) -> Api {
         let session = self
             .js("return sessionStorage.getItem('checkout.session');")
             .await;
-        let session: Value = serde_json::from_str(session.as_str().expect("a session")).unwrap();
+        let token = match session.as_str() {
+            Some(text) => {
+                let session: Value = serde_json::from_str(text).unwrap();
+                let token = session["token"].as_str().unwrap().to_owned();
+                *self.shopper_token.lock().unwrap() = Some(token.clone());
+                token
+            }
+            None => self
+                .shopper_token
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("a shopper seen in the widget"),
+        };
         Api {
-            token: Some(session["token"].as_str().unwrap().to_owned()),
+            token: Some(token),
             ..self.server.api()
         }
     }
@@ -440,8 +472,10 @@ impl Checkout {
     /// The host page heard `checkout:paid` once, with this payment, and the shop, having asked
     /// the checkout itself, holds its order paid by it, once.
     pub async fn assert_shop_order_paid(&self, payment_id: &str) {
+        self.on_top().await;
         self.wait_for_text("#order-state", "Заказ оплачен").await;
         let events = self.js("return window.shop.events;").await;
+        self.enter_widget().await;
         let paid: Vec<&Value> = events
             .as_array()
             .unwrap()
@@ -473,11 +507,18 @@ impl Checkout {
 
     /// The shop's order on the page.
     pub async fn order_id(&self) -> String {
-        self.js("return document.querySelector('[data-order]').dataset.order;")
+        self.on_the_page("return document.querySelector('[data-order]').dataset.order;")
             .await
             .as_str()
             .expect("an order page")
             .to_owned()
+    }
+
+    /// The shop's page says this of its order (`#order-state`).
+    pub async fn wait_for_order_state(&self, expected: &str) {
+        self.on_top().await;
+        self.wait_for_text("#order-state", expected).await;
+        self.enter_widget().await;
     }
 
     /// The server executed the payment once; every other copy that reached it was a replay or
@@ -520,6 +561,7 @@ impl Checkout {
     /// handles (this tab's first). The second tab is the current one afterwards.
     pub async fn second_tab(&self) -> (fantoccini::wd::WindowHandle, fantoccini::wd::WindowHandle) {
         let first = self.browser.window().await.unwrap();
+        self.on_top().await;
         self.js("window.open(location.href, '_blank');").await;
         let second = self
             .browser
@@ -530,6 +572,7 @@ impl Checkout {
             .find(|w| *w != first)
             .expect("a second tab");
         self.browser.switch_to_window(second.clone()).await.unwrap();
+        self.enter_widget().await;
         self.wait_for(".card").await;
         self.record_statuses().await;
         (first, second)
@@ -545,11 +588,10 @@ impl Checkout {
         self.server.kill();
         let port = self.server.base.rsplit(':').next().unwrap().to_owned();
         let webhook_url = format!("{}/webhooks/checkout", self.shop.base);
-        let env: Vec<(&str, &str)> = if webhooks {
-            vec![("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url)]
-        } else {
-            vec![]
-        };
+        let mut env: Vec<(&str, &str)> = vec![("CHECKOUT_DEMO_SHOP_ORIGIN", &self.shop.base)];
+        if webhooks {
+            env.push(("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", &webhook_url));
+        }
         self.server = start_server(&self.db, "", Some(&port), &env, self.credentials.path()).await;
     }
 

@@ -1,0 +1,201 @@
+//! The checkout's own pages and the widget's files (from [`assets`](crate::api::assets)):
+//!
+//! - `GET /pay/{session_id}`: the payment page (the widget for that session). A shop's page
+//!   frames it (`/v1/checkout.js` makes the frame), or sends the shopper to it as a full page.
+//!   Only the origins its shop registered may frame it (`frame-ancestors`); the page learns the
+//!   origin it may talk to (`?parent=`) only if it is one of them.
+//! - `GET /v1/checkout.js`: the loader a shop's page adds; a versioned name, a short cache.
+//! - The widget's code, WebAssembly and styles under content-hashed names: cached for a year
+//!   (`immutable`), each sent brotli- or gzip-compressed as the browser accepts.
+
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use checkout_shared::CheckoutSession;
+
+use crate::api::assets::{self, Site};
+use crate::api::extract::SessionIdPath;
+use crate::api::state::AppState;
+use crate::clock;
+use crate::operations::addresses;
+use crate::operations::sessions::public_view;
+
+#[derive(Debug, Deserialize)]
+pub struct PayQuery {
+    /// The origin of the page that framed this one, as the loader says it.
+    #[serde(default)]
+    parent: Option<String>,
+}
+
+/// `GET /pay/{session_id}`: the payment page. Framable by the session's shop's registered
+/// origins only; it talks (`postMessage`) to its parent only if the parent is one of them. An
+/// unknown session's page may be framed by anyone: it only says the session is unknown.
+pub async fn pay_page(
+    State(app): State<AppState>,
+    SessionIdPath(session_id): SessionIdPath,
+    Query(query): Query<PayQuery>,
+) -> Response {
+    let claimed = query
+        .parent
+        .as_deref()
+        .and_then(|p| addresses::origin(p).ok());
+    let (ancestors, parent, session) = match app.store.session(&session_id).await {
+        Ok(Some(session)) => {
+            let ancestors = if session.shop_origins.is_empty() {
+                "'none'".to_owned()
+            } else {
+                session.shop_origins.join(" ")
+            };
+            let parent = claimed.filter(|origin| session.shop_origins.contains(origin));
+            (
+                ancestors,
+                parent,
+                Some(public_view(session, clock::now_ms())),
+            )
+        }
+        Ok(None) => ("*".to_owned(), claimed, None),
+        Err(error) => return crate::operations::error::ApiError::from(error).into_response(),
+    };
+    page(&app.site, &ancestors, parent.as_deref(), session.as_ref())
+}
+
+/// The page, with the parent it may talk to (if any) in a `<meta>` and the session as
+/// `GET /api/checkout-sessions/{id}` would answer now (a round trip the widget need not make
+/// before it can offer «Оплатить»), both read by the widget.
+fn page(
+    site: &Site,
+    frame_ancestors: &str,
+    parent: Option<&str>,
+    session: Option<&CheckoutSession>,
+) -> Response {
+    if site.page().is_empty() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let mut head = String::new();
+    if let Some(origin) = parent {
+        // A registered origin: `addresses::origin` made it, nothing in it needs escaping.
+        head += &format!("<meta name=\"checkout-parent\" content=\"{origin}\" />\n");
+    }
+    if let Some(session) = session {
+        // JSON in a data block: `<` escaped, so no text of the shop's can close the element.
+        let json = serde_json::to_string(session)
+            .unwrap_or_default()
+            .replace('<', "\\u003c");
+        head +=
+            &format!("<script type=\"application/json\" id=\"checkout-session\">{json}</script>\n");
+    }
+    let html = site
+        .page()
+        .replacen("</head>", &format!("{head}</head>"), 1);
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        html,
+    )
+        .into_response();
+    if let Ok(policy) = HeaderValue::from_str(&site.policy(frame_ancestors)) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    response
+        .extensions_mut()
+        .insert(Framable(frame_ancestors != "'none'"));
+    response
+}
+
+/// Set on an answer that carries its own `frame-ancestors`: no `X-Frame-Options: DENY` then.
+#[derive(Clone, Copy, Debug)]
+pub struct Framable(pub bool);
+
+/// Everything else that is not the API: the dev page at `/`, the loader, the widget's files.
+pub async fn files(State(app): State<AppState>, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    if path == "/" {
+        return dev_page(&app).await;
+    }
+    let Some(file) = app.site.file(&path) else {
+        return crate::api::problem::problem_response(&checkout_shared::Problem::new(
+            404,
+            checkout_shared::ErrorCode::NotFound,
+            "no such resource",
+        ));
+    };
+    let name = file
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let content_type = match file.path.extension().and_then(|e| e.to_str()) {
+        Some("wasm") => "application/wasm",
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("html") => "text/html; charset=utf-8",
+        Some("json") => "application/json",
+        Some("svg") => "image/svg+xml",
+        _ => "application/octet-stream",
+    };
+    // Trunk names each build's files by their content: such a name never changes meaning.
+    let cache = if assets::is_content_hashed(&name) {
+        "public, max-age=31536000, immutable"
+    } else {
+        "public, max-age=300"
+    };
+    let encoding = assets::accepted(request.headers()).filter(|_| assets::compressible(&file.path));
+    let body = match encoding {
+        // Compressing is work for a blocking thread, not for the server's workers.
+        Some(encoding) => {
+            let site = app.site.clone();
+            match tokio::task::spawn_blocking(move || site.compressed(&file, encoding)).await {
+                Ok(bytes) => Body::from(bytes),
+                Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+        None => Body::from(file.raw),
+    };
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    // A shop may measure what its page downloads from the checkout (the loader's transfer size).
+    headers.insert("timing-allow-origin", HeaderValue::from_static("*"));
+    // The loader is public and a shop may load it as a module, which browsers fetch in CORS
+    // mode. Only the loader: the frame's own files are same-origin, the API answers no origin.
+    if path.starts_with("/v1/") {
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+    }
+    if let Some(encoding) = encoding {
+        headers.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static(encoding.name()),
+        );
+    }
+    response
+}
+
+/// `/` in demo mode: a new session of the demo shop, and its payment page as a full page (a
+/// refresh stays on that purchase; `/` again starts another).
+async fn dev_page(app: &AppState) -> Response {
+    if crate::api::demo::demo_only(app).is_err() || app.site.page().is_empty() {
+        return crate::api::problem::problem_response(&checkout_shared::Problem::new(
+            404,
+            checkout_shared::ErrorCode::NotFound,
+            "no such resource (the demo page needs CHECKOUT_DEMO=1)",
+        ));
+    }
+    match crate::api::demo::demo_session(app, 0).await {
+        Ok(session) => {
+            axum::response::Redirect::to(&format!("/pay/{}", session.session_id)).into_response()
+        }
+        Err(error) => error.into_response(),
+    }
+}
