@@ -8,7 +8,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use crate::Seams;
-use crate::config::{Cli, Command, Config, LogFormat, ShopCommand};
+use crate::config::{Cli, Command, Config, LogFormat, Mode, ShopCommand, ShopperCommand};
 use crate::store::Store;
 
 /// `checkout-server` as shipped.
@@ -42,8 +42,19 @@ pub fn main_with(seams: Seams) -> ExitCode {
             action: ShopCommand::SetOrigins { shop, origins, .. },
         }) => return shop_set_origins(&cli.config, &shop, &origins),
         Some(Command::Shop {
-            action: ShopCommand::SetWebhook { shop, url, .. },
-        }) => return shop_set_webhook(&cli.config, &shop, url.as_deref()),
+            action: ShopCommand::SetWebhook {
+                shop, url, mode, ..
+            },
+        }) => return shop_set_webhook(&cli.config, &shop, mode, url.as_deref()),
+        Some(Command::Shop {
+            action: ShopCommand::RollKey { shop, mode },
+        }) => return shop_roll_key(&cli.config, &shop, mode),
+        Some(Command::Shopper {
+            action: ShopperCommand::Deposit { email, amount, key },
+        }) => return shopper_deposit(&cli.config, &email, amount, &key),
+        Some(Command::Shopper {
+            action: ShopperCommand::Show { email },
+        }) => return shopper_show(&cli.config, &email),
         None => {}
     }
     let config = cli.config;
@@ -98,12 +109,60 @@ fn shop_add(
 }
 
 /// `checkout-server shop set-webhook`: one JSON line saying what the shop's endpoint is now.
-fn shop_set_webhook(config: &Config, shop_id: &str, url: Option<&str>) -> ExitCode {
+fn shop_set_webhook(
+    config: &Config,
+    shop_id: &str,
+    mode: Option<Mode>,
+    url: Option<&str>,
+) -> ExitCode {
     operator_command(config, |store| async move {
-        crate::operations::shops::set_webhook_url(&store, shop_id, url)
+        let livemode = mode.map(Mode::livemode);
+        crate::operations::shops::set_webhook_url(&store, shop_id, livemode, url)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(serde_json::json!({ "shop_id": shop_id, "webhook_url": url }).to_string())
+        let modes = match mode {
+            Some(Mode::Test) => vec!["test"],
+            Some(Mode::Live) => vec!["live"],
+            None => vec!["test", "live"],
+        };
+        Ok(
+            serde_json::json!({ "shop_id": shop_id, "webhook_url": url, "modes": modes })
+                .to_string(),
+        )
+    })
+}
+
+/// `checkout-server shop roll-key`: the new secret key, once.
+fn shop_roll_key(config: &Config, shop_id: &str, mode: Mode) -> ExitCode {
+    operator_command(config, |store| async move {
+        let key = crate::operations::shops::roll_key(&store, shop_id, mode.livemode())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({ "shop_id": shop_id, "secret_key": key }).to_string())
+    })
+}
+
+/// `checkout-server shopper deposit`: the deposit (first made now, or the same one again).
+fn shopper_deposit(config: &Config, email: &str, amount: i64, key: &str) -> ExitCode {
+    let protocol = checkout_idempotency::Protocol::new(config.key_ttl());
+    operator_command(config, |store| async move {
+        let (done, replayed) =
+            crate::operations::deposits::deposit(&store, &protocol, key, email, amount)
+                .await
+                .map_err(|e| e.problem().detail)?;
+        let mut line = serde_json::to_value(&done).expect("a deposit serializes");
+        line["replayed"] = serde_json::json!(replayed);
+        Ok(line.to_string())
+    })
+}
+
+/// `checkout-server shopper show`: the live shopper's account and balance.
+fn shopper_show(config: &Config, email: &str) -> ExitCode {
+    operator_command(config, |store| async move {
+        let shopper = crate::operations::shoppers::show(&store, email)
+            .await
+            .map_err(|e| e.problem().detail)?;
+        Ok(serde_json::to_string(&shopper).expect("a shopper serializes"))
     })
 }
 

@@ -27,12 +27,54 @@ pub enum Command {
         #[command(subcommand)]
         action: ShopCommand,
     },
+    /// Live shoppers: their money comes only from the operator.
+    Shopper {
+        #[command(subcommand)]
+        action: ShopperCommand,
+    },
+}
+
+/// Test money or live money, as an operator names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Test,
+    Live,
+}
+
+impl Mode {
+    pub fn livemode(self) -> bool {
+        self == Mode::Live
+    }
+}
+
+#[derive(Clone, Debug, Subcommand)]
+pub enum ShopperCommand {
+    /// Deposits live money to a live shopper, from the funding account, keyed: the same key
+    /// again is the same deposit (printed again), another amount under it is refused. Prints
+    /// one JSON line: the deposit and the shopper's balance.
+    Deposit {
+        /// The shopper's e-mail (they signed up in the payment page).
+        #[arg(long)]
+        email: String,
+        /// In kopecks: 150000 is 1 500,00 ₽.
+        #[arg(long)]
+        amount: i64,
+        /// This deposit's idempotency key (a UUID is ideal); resend it with the same key.
+        #[arg(long)]
+        key: String,
+    },
+    /// Prints a live shopper's account and balance as one JSON line.
+    Show {
+        #[arg(long)]
+        email: String,
+    },
 }
 
 #[derive(Clone, Debug, Subcommand)]
 pub enum ShopCommand {
-    /// Adds a shop and prints, once, one JSON line:
-    /// {"shop_id": …, "secret_key": "sk_…", "signing_secret": "whsec_…"}.
+    /// Adds a shop and prints, once, one JSON line with its secrets in each mode:
+    /// {"shop_id": …, "test": {"secret_key": "sk_test_…", "signing_secret": "whsec_…"},
+    /// "live": {"secret_key": "sk_live_…", "signing_secret": "whsec_…"}}.
     Add {
         /// The name shoppers see.
         #[arg(long)]
@@ -75,6 +117,18 @@ pub enum ShopCommand {
         /// No endpoint: events are kept (`no_endpoint`) until the shop has one again.
         #[arg(long)]
         clear: bool,
+        /// Only this mode's endpoint (each mode's events are signed with its own secret);
+        /// unset: both.
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+    },
+    /// A new secret key for one mode (the old one stops working), printed once as one JSON
+    /// line; also how a shop made before modes gets its live key.
+    RollKey {
+        #[arg(long)]
+        shop: String,
+        #[arg(long, value_enum)]
+        mode: Mode,
     },
 }
 
@@ -185,6 +239,41 @@ pub struct Config {
     #[arg(long = "metrics-addr", env = "CHECKOUT_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 
+    /// A live shopper's sign-in ends after this long unused.
+    #[arg(long = "shopper-idle-secs", env = "CHECKOUT_SHOPPER_IDLE_SECS", default_value_t = 1_800,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub shopper_idle_secs: u64,
+
+    /// A live shopper's sign-in ends this long after it was made, used or not.
+    #[arg(long = "shopper-session-secs", env = "CHECKOUT_SHOPPER_SESSION_SECS",
+          default_value_t = 43_200, value_parser = clap::value_parser!(u64).range(1..))]
+    pub shopper_session_secs: u64,
+
+    /// The window the attempt limits below count in (they come back evenly over it).
+    #[arg(long = "limit-window-secs", env = "CHECKOUT_LIMIT_WINDOW_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub limit_window_secs: u64,
+
+    /// Sign-in and sign-up attempts per window at one account (e-mail), per instance.
+    #[arg(long = "sign-in-per-account", env = "CHECKOUT_SIGN_IN_PER_ACCOUNT", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sign_in_per_account: u32,
+
+    /// Sign-in and sign-up attempts per window from one client address, per instance.
+    #[arg(long = "sign-in-per-address", env = "CHECKOUT_SIGN_IN_PER_ADDRESS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sign_in_per_address: u32,
+
+    /// Test shoppers made per window from one client address, per instance.
+    #[arg(long = "test-shoppers-per-address", env = "CHECKOUT_TEST_SHOPPERS_PER_ADDRESS",
+          default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub test_shoppers_per_address: u32,
+
+    /// Keyed requests one principal may have executing at once on an instance (more: `429`).
+    #[arg(long = "keys-in-progress", env = "CHECKOUT_KEYS_IN_PROGRESS", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub keys_in_progress: u32,
+
     /// `text` (the default) or `json`: one JSON object per line, for log pipelines.
     #[arg(
         long = "log-format",
@@ -216,6 +305,23 @@ impl Config {
 
     pub fn lock_timeout(&self) -> Duration {
         Duration::from_millis(self.lock_timeout_ms)
+    }
+
+    pub fn sign_in_limits(&self) -> crate::operations::accounts::SignInLimits {
+        crate::operations::accounts::SignInLimits {
+            idle: Duration::from_secs(self.shopper_idle_secs),
+            absolute: Duration::from_secs(self.shopper_session_secs),
+        }
+    }
+
+    pub fn limits(&self) -> crate::api::limits::LimitSettings {
+        crate::api::limits::LimitSettings {
+            window: Duration::from_secs(self.limit_window_secs),
+            sign_in_per_account: self.sign_in_per_account,
+            sign_in_per_address: self.sign_in_per_address,
+            test_shoppers_per_address: self.test_shoppers_per_address,
+            keys_in_progress: self.keys_in_progress,
+        }
     }
 
     pub fn session_ttl(&self) -> Duration {

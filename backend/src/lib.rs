@@ -107,11 +107,14 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     let app = AppState {
         store,
         protocol,
-        principals: Arc::default(),
+        principals: Arc::new(operations::accounts::PrincipalCache::new(
+            config.sign_in_limits(),
+        )),
         demo: config.demo,
         session_ttl: config.session_ttl(),
         deliveries,
         site: Arc::new(api::assets::Site::open(&config.static_dir)),
+        limits: Arc::new(api::limits::Limits::new(config.limits())),
     };
     app.site.warm();
     if let Some(metrics_addr) = config.metrics_addr {
@@ -129,7 +132,10 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         demo = config.demo,
         "listening on http://{addr}"
     );
-    axum::serve(listener, router)
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(StartError::Serve)?;

@@ -25,7 +25,7 @@ checkout_testkit::on_both_databases!(
     reordered_fields_are_the_same_request,
     a_missing_or_malformed_key_is_refused,
     a_killed_server_loses_no_acknowledged_payment,
-    health_account_and_demo_mode,
+    health_account_demo_mode_and_test_shoppers,
     an_expired_key_is_a_new_key_and_is_swept,
     hostile_paths_headers_and_bodies_never_get_a_5xx,
     bad_inputs_are_refused_and_move_no_money,
@@ -375,7 +375,7 @@ async fn a_killed_server_loses_no_acknowledged_payment(backend: Backend) {
     db.assert_invariants().await;
 }
 
-async fn health_account_and_demo_mode(backend: Backend) {
+async fn health_account_demo_mode_and_test_shoppers(backend: Backend) {
     let (db, server, shopper, shop) = setup(backend).await;
     let health = shopper.get("/healthz").await;
     assert_eq!(health.status, StatusCode::OK);
@@ -418,13 +418,17 @@ async fn health_account_and_demo_mode(backend: Backend) {
     drop(server); // one server per SQLite file
     let no_demo = Server::start_with(SERVER, &db, &[("CHECKOUT_DEMO", "0")]).await;
     let anonymous = no_demo.api();
-    for path in ["/api/demo/session", "/api/demo/checkout-session"] {
-        anonymous
-            .send(anonymous.post(path, None, &json!({ "cart": 0 })))
-            .await
-            .unwrap()
-            .assert_problem(404, "not_found");
-    }
+    anonymous
+        .send(anonymous.post("/api/demo/checkout-session", None, &json!({ "cart": 0 })))
+        .await
+        .unwrap()
+        .assert_problem(404, "not_found");
+    // Test shoppers are always there (test money pays only test sessions), demo or not.
+    let tester = anonymous
+        .send(anonymous.post("/api/test/shoppers", None, &json!({})))
+        .await
+        .unwrap();
+    assert_eq!(tester.status, StatusCode::CREATED, "{}", tester.body);
     // Tokens and secret keys are stored hashed: neither appears anywhere in the database.
     for secret in [
         shopper.token.clone().unwrap(),

@@ -131,7 +131,7 @@ async fn a_scripted_sequence_scrapes_as_exact_counts(backend: Backend) {
     assert_eq!(answered("/api/payments", "first", "2xx"), Some(1.0));
     assert_eq!(answered("/api/payments", "first", "4xx"), Some(1.0));
     assert_eq!(answered("/api/payments", "replay", "2xx"), Some(1.0));
-    assert_eq!(answered("/api/demo/session", "unkeyed", "2xx"), Some(1.0));
+    assert_eq!(answered("/api/test/shoppers", "unkeyed", "2xx"), Some(1.0));
     assert_eq!(
         value(
             &text,

@@ -45,7 +45,7 @@ async fn setup(backend: Backend) -> (TestDb, Store) {
             Box::pin(async move {
                 for account in ["acc_a", "acc_b"] {
                     let hash = format!("hash-{account}");
-                    tx.insert_account(account, &hash, AccountKind::Shopper, "RUB", 0, now_ms())
+                    tx.insert_account(account, &hash, AccountKind::Shopper, false, "RUB", 0, now_ms())
                         .await?;
                 }
                 Ok(())
@@ -616,11 +616,12 @@ async fn lapsing_sessions(store: &Store, count: usize, expires_at: i64) -> Vec<S
     store
         .write(move |tx| {
             Box::pin(async move {
-                if tx.shop("shop_lapsing").await?.is_none() {
+                if tx.shop("shop_lapsing", false).await?.is_none() {
                     tx.insert_account(
                         "acc_shop",
                         "hash-shop",
                         AccountKind::Shop,
+                        false,
                         "RUB",
                         0,
                         now_ms(),
@@ -633,6 +634,7 @@ async fn lapsing_sessions(store: &Store, count: usize, expires_at: i64) -> Vec<S
                         webhook_url: None,
                         signing_secret: "whsec_x".into(),
                         origins: Vec::new(),
+                        livemode: false,
                     };
                     tx.insert_shop(&shop, now_ms()).await?;
                 }
@@ -776,7 +778,7 @@ async fn the_key_sweeper_spares_a_key_claimed_again_meanwhile() {
         store
             .write(move |tx| {
                 Box::pin(async move {
-                    tx.insert_account(account, &hash, AccountKind::Shopper, "RUB", 0, now_ms())
+                    tx.insert_account(account, &hash, AccountKind::Shopper, false, "RUB", 0, now_ms())
                         .await
                 })
             })

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use leptos::prelude::LocalStorage;
 
 use checkout_shared::{
-    CheckoutSession, CheckoutSessionStatus, DemoSession, Payment, PaymentDetails, format_rub,
+    CheckoutSession, CheckoutSessionStatus, ShopperToken, Payment, PaymentDetails, format_rub,
 };
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -102,7 +102,11 @@ struct Widget {
     /// The other tabs showing this intent (see [`tabs`]).
     channel: StoredValue<Option<tabs::Channel>, LocalStorage>,
     checkout: RwSignal<Checkout>,
-    session: RwSignal<Option<DemoSession>>,
+    session: RwSignal<Option<ShopperToken>>,
+    /// The session's mode, once known: live money (a signed-in shopper pays) or test money.
+    livemode: RwSignal<Option<bool>>,
+    /// A live session and no live shopper signed in on this tab: the form «Войти» shows.
+    sign_in_needed: RwSignal<bool>,
     balance: RwSignal<Option<i64>>,
     session_error: RwSignal<Option<String>>,
     /// An intent of this kind is being worked on in another tab: this one waits.
@@ -229,16 +233,53 @@ impl Widget {
         }
     }
 
-    /// A new demo shopper when the server no longer knows this one; the shopper is told.
+    fn is_live(self) -> bool {
+        self.livemode.get_untracked() == Some(true)
+    }
+
+    /// A new test shopper when the server no longer knows this one; the shopper is told. A live
+    /// shopper whose sign-in ended signs in again.
     async fn renew_session(self) -> bool {
-        match shopper::shopper(self.token().as_deref()).await {
+        match shopper::shopper(self.token().as_deref(), self.is_live()).await {
             Ok(session) => {
                 self.session.set(Some(session));
                 change(self, |c| c.notice = Some(messages::SESSION_RENEWED.into()));
                 true
             }
-            Err(_) => false,
+            Err(_) => {
+                if self.is_live() {
+                    self.session.set(None);
+                    self.sign_in_needed.set(true);
+                }
+                false
+            }
         }
+    }
+
+    /// With a shopper: learn the payment's refunds from the server, then resume whatever was
+    /// in flight when the page went away, and show the balance.
+    async fn start(self) {
+        let paid = self
+            .checkout
+            .with_untracked(|c| c.receipt().map(|p| p.payment_id.clone()));
+        if let (Some(payment_id), Some(token)) = (paid, self.token())
+            && let Ok(details) = api::payment(&token, &payment_id).await
+        {
+            change(self, |c| c.sync_refunds(&details));
+        }
+        self.advance::<PaymentKind>(false);
+        self.refresh_balance().await;
+    }
+
+    /// «Выйти»: the server forgets the sign-in, and so does this tab.
+    async fn sign_out(self) {
+        if let Some(token) = self.token() {
+            api::sign_out(&token).await;
+        }
+        storage::remove(storage::LIVE);
+        self.session.set(None);
+        self.balance.set(None);
+        self.sign_in_needed.set(true);
     }
 
     /// Works on one intent until there is nothing more to do for it now: sends it, looks its
@@ -478,6 +519,7 @@ impl Widget {
 impl Widget {
     /// What the session says (the shop's order, its amount, paid or lapsed).
     fn take_session(self, session: &CheckoutSession) {
+        self.livemode.set(Some(session.livemode));
         change(self, |c| {
             if c.wants_session() {
                 c.adopt_session(session);
@@ -515,7 +557,9 @@ fn App(mode: Mode) -> impl IntoView {
         mode: StoredValue::new_local(mode),
         channel: StoredValue::new_local(None),
         checkout: RwSignal::new(initial),
-        session: RwSignal::new(storage::load(storage::SESSION)),
+        session: RwSignal::new(None),
+        livemode: RwSignal::new(None),
+        sign_in_needed: RwSignal::new(false),
         balance: RwSignal::new(None),
         session_error: RwSignal::new(None),
         elsewhere: RwSignal::new(None),
@@ -535,33 +579,29 @@ fn App(mode: Mode) -> impl IntoView {
         widget.take_session(session);
     }
 
-    // On load: get a shopper, learn the payment's refunds from the server, then resume
-    // whatever was in flight when the page went away.
+    // On load: the session's mode (from the page, or asked), then the shopper of that mode: a
+    // test shopper is made if this tab has none; a live one signs in.
     spawn_local(async move {
-        if widget.token().is_none() {
-            match shopper::shopper(None).await {
-                Ok(session) => widget.session.set(Some(session)),
-                Err(_) => {
-                    widget.session_error.set(Some(
-                        "Не удалось открыть демо-сессию: обновите страницу".into(),
-                    ));
-                    return;
-                }
-            }
-        }
-        let paid = widget
-            .checkout
-            .with_untracked(|c| c.receipt().map(|p| p.payment_id.clone()));
-        if let (Some(payment_id), Some(token)) = (paid, widget.token())
-            && let Ok(details) = api::payment(&token, &payment_id).await
-        {
-            change(widget, |c| c.sync_refunds(&details));
-        }
         if in_page.is_none() {
             widget.read_session().await;
         }
-        widget.advance::<PaymentKind>(false);
-        widget.refresh_balance().await;
+        let Some(livemode) = widget.livemode.get_untracked() else {
+            return; // the session could not be read; the widget says so
+        };
+        match shopper::shopper(None, livemode).await {
+            Ok(session) => widget.session.set(Some(session)),
+            Err(_) if livemode => {
+                widget.sign_in_needed.set(true);
+                return;
+            }
+            Err(_) => {
+                widget.session_error.set(Some(
+                    "Не удалось открыть тестовый счёт: обновите страницу".into(),
+                ));
+                return;
+            }
+        }
+        widget.start().await;
     });
 
     // In a shop's frame: say it is ready, and keep the frame as tall as the page.
@@ -598,19 +638,30 @@ fn App(mode: Mode) -> impl IntoView {
             <section class="card" aria-labelledby=title>
                 <div class="visually-hidden announce" role="status" aria-live="polite">{announcement}</div>
                 {move || notice().map(|text| view! { <p class="notice">{text}</p> })}
+                {move || (widget.livemode.get() == Some(false)).then(|| view! {
+                    <p class="test-mode">"Тестовый режим: деньги не настоящие"</p>
+                })}
                 <OrderSummary widget />
                 {move || {
                     let settled = widget.checkout.with(Checkout::is_settled);
-                    if settled { view! { <Outcome widget /> }.into_any() } else { view! { <PayPanel widget /> }.into_any() }
+                    if settled { view! { <Outcome widget /> }.into_any() }
+                    else if widget.sign_in_needed.get() { view! { <SignIn widget /> }.into_any() }
+                    else { view! { <PayPanel widget /> }.into_any() }
                 }}
                 <footer class="account">
-                    {move || match (widget.session_error.get(), widget.balance.get()) {
-                        (Some(error), _) => view! { <span class="error">{error}</span> }.into_any(),
-                        (None, Some(balance)) => view! {
-                            <span>"Демо-счёт: "<span class="balance">{format_rub(balance)}</span></span>
-                        }.into_any(),
-                        (None, None) => view! { <span>"Демо-счёт: …"</span> }.into_any(),
+                    {move || {
+                        let account = if widget.livemode.get() == Some(true) { "Счёт: " } else { "Тестовый счёт: " };
+                        match (widget.session_error.get(), widget.balance.get()) {
+                            (Some(error), _) => view! { <span class="error">{error}</span> }.into_any(),
+                            (None, Some(balance)) => view! {
+                                <span>{account}<span class="balance">{format_rub(balance)}</span></span>
+                            }.into_any(),
+                            (None, None) => view! { <span>{account}"…"</span> }.into_any(),
+                        }
                     }}
+                    {move || (widget.livemode.get() == Some(true) && widget.session.with(Option::is_some)).then(|| view! {
+                        <button type="button" class="sign-out" on:click=move |_| spawn_local(widget.sign_out())>"Выйти"</button>
+                    })}
                 </footer>
             </section>
     };
@@ -620,6 +671,49 @@ fn App(mode: Mode) -> impl IntoView {
         "checkout"
     };
     view! { <main class=root>{card}</main> }
+}
+
+/// A live session and no shopper signed in: e-mail and password, sent only to this origin.
+#[component]
+fn SignIn(widget: Widget) -> impl IntoView {
+    let email = NodeRef::<leptos::html::Input>::new();
+    let password = NodeRef::<leptos::html::Input>::new();
+    let error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let submit = move |new_account: bool| {
+        let (Some(email), Some(password)) = (email.get(), password.get()) else {
+            return;
+        };
+        if busy.get_untracked() {
+            return;
+        }
+        busy.set(true);
+        spawn_local(async move {
+            match api::sign_in(new_account, &email.value(), &password.value()).await {
+                Ok(token) => {
+                    storage::save(storage::LIVE, &token);
+                    widget.session.set(Some(token));
+                    widget.sign_in_needed.set(false);
+                    widget.start().await;
+                }
+                Err(code) => error.set(Some(messages::refusal(code))),
+            }
+            busy.set(false);
+        });
+    };
+    let (email_id, password_id) = (widget.id("email"), widget.id("password"));
+    view! {
+        <form class="sign-in" on:submit=move |event| { event.prevent_default(); submit(false) }>
+            <p>"Заказ оплачивается настоящими деньгами: войдите в свой счёт."</p>
+            <label for=email_id.clone()>"Электронная почта"</label>
+            <input id=email_id type="email" name="email" autocomplete="username" required node_ref=email />
+            <label for=password_id.clone()>"Пароль"</label>
+            <input id=password_id type="password" name="password" autocomplete="current-password" required minlength="8" node_ref=password />
+            <p class="error" role="alert">{move || error.get()}</p>
+            <button type="submit" class="pay sign-in-button" aria-disabled=move || busy.get().to_string()>"Войти"</button>
+            <button type="button" class="secondary sign-up" on:click=move |_| submit(true)>"Создать счёт"</button>
+        </form>
+    }
 }
 
 #[component]

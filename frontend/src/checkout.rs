@@ -599,6 +599,7 @@ mod tests {
             expires_at: "2026-12-03T12:00:00Z".into(),
             payment_id: None,
             return_url: None,
+            livemode: false,
         }
     }
 
@@ -623,6 +624,7 @@ mod tests {
             status: PaymentStatus::Succeeded,
             balance: Some(55_000),
             created_at: "2026-12-02T10:00:00Z".into(),
+            livemode: false,
         }
     }
 

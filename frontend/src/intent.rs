@@ -589,6 +589,7 @@ mod tests {
             status: PaymentStatus::Succeeded,
             balance: Some(55_000),
             created_at: "2026-12-02T10:00:00Z".into(),
+            livemode: false,
         }
     }
 

@@ -35,6 +35,12 @@ pub fn refusal(code: ErrorCode) -> String {
         ErrorCode::RequestTimeout => "сервер не успел ответить",
         ErrorCode::ServiceUnavailable => "сервис временно недоступен",
         ErrorCode::InternalError => "ошибка на сервере",
+        ErrorCode::LivemodeMismatch => {
+            "тестовыми деньгами нельзя оплатить настоящий заказ, а настоящими — тестовый"
+        }
+        ErrorCode::TooManyRequests => "слишком много попыток: подождите минуту",
+        ErrorCode::InvalidCredentials => "неверная почта или пароль",
+        ErrorCode::EmailTaken => "на эту почту уже есть счёт: войдите",
         ErrorCode::Unknown => "сервер отказал",
     }
     .to_owned()
@@ -69,6 +75,10 @@ mod tests {
             ErrorCode::RequestTimeout,
             ErrorCode::ServiceUnavailable,
             ErrorCode::InternalError,
+            ErrorCode::LivemodeMismatch,
+            ErrorCode::TooManyRequests,
+            ErrorCode::InvalidCredentials,
+            ErrorCode::EmailTaken,
             ErrorCode::Unknown,
         ];
         for text in codes.map(refusal) {

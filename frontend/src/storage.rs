@@ -5,8 +5,10 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// The demo shopper's session (token and account id).
+/// The test shopper's token and account id.
 pub const SESSION: &str = "checkout.session";
+/// The live shopper's sign-in (token and account id), on this tab only.
+pub const LIVE: &str = "checkout.live";
 /// The widget's state, in its versioned envelope: the cart, the intents with their keys.
 pub const STATE: &str = "checkout.state";
 /// Prefix of a state that could not be read, kept aside (never overwritten) for inspection.
@@ -32,6 +34,12 @@ pub fn load<T: DeserializeOwned>(name: &str) -> Option<T> {
 
 pub fn save<T: Serialize>(name: &str, value: &T) -> bool {
     crate::json::to_string(value).is_some_and(|text| write(name, &text))
+}
+
+pub fn remove(name: &str) {
+    if let Some(storage) = session_storage() {
+        let _ = storage.remove_item(name);
+    }
 }
 
 /// Keeps an unreadable state under a name of its own, so that the next save cannot erase it.

@@ -83,6 +83,10 @@ pub struct CheckoutSession {
     /// Where the full payment page returns the shopper after the outcome, if the shop said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_url: Option<String>,
+    /// `false`: test money (made with the shop's `sk_test_` key, paid by a test shopper);
+    /// `true`: live money (`sk_live_`, paid by a signed-in shopper).
+    #[serde(default)]
+    pub livemode: bool,
 }
 
 /// A shop as a shopper sees it.
@@ -143,6 +147,9 @@ pub struct Payment {
     pub balance: Option<i64>,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// The session's mode: test money or live money.
+    #[serde(default)]
+    pub livemode: bool,
 }
 
 /// A refund, as answered by `POST /api/payments/{payment_id}/refunds` (`201`).
@@ -158,6 +165,9 @@ pub struct Refund {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance: Option<i64>,
     pub created_at: String,
+    /// The payment's mode.
+    #[serde(default)]
+    pub livemode: bool,
 }
 
 /// `GET /api/payments/{payment_id}`: the payment with every refund made against it.
@@ -177,6 +187,12 @@ pub struct Account {
     pub account_id: String,
     pub balance: i64,
     pub currency: String,
+    /// A live shopper's or a shop's live account: live money; otherwise test money.
+    #[serde(default)]
+    pub livemode: bool,
+    /// A live shopper's e-mail (to the shopper only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 /// `POST /api/demo/checkout-session` (demo mode only): a checkout session of the demo shop for
@@ -189,13 +205,17 @@ pub struct DemoCart {
     pub cart: u32,
 }
 
-/// `POST /api/demo/session`: a fresh demo shopper holding 1 000,00 ₽.
+/// `POST /api/test/shoppers` (and `POST /api/demo/session`, its old name): a fresh test shopper
+/// holding 1 000,00 ₽ of test money; or a live shopper's sign-in (`POST /api/shoppers/sign-in`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct DemoSession {
+pub struct ShopperToken {
     pub token: String,
     pub account_id: String,
 }
+
+/// The old name of [`ShopperToken`] (`POST /api/demo/session`).
+pub type DemoSession = ShopperToken;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -231,6 +251,10 @@ pub struct EventBody {
     /// `payment.succeeded`, `refund.succeeded` or `checkout_session.expired`.
     #[serde(rename = "type")]
     pub event_type: String,
+    /// Test money (`false`) or live money (`true`): a shop's events of each mode are listed with
+    /// that mode's key and signed with that mode's signing secret.
+    #[serde(default)]
+    pub livemode: bool,
     /// RFC 3339, UTC: when the change happened.
     pub timestamp: String,
     /// The payment, the refund (with its `order_id`), or the session.
@@ -266,4 +290,14 @@ pub struct EventList {
     pub has_more: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_page: Option<String>,
+}
+
+/// `POST /api/shoppers` (sign-up) and `POST /api/shoppers/sign-in`: a live shopper's e-mail and
+/// password, sent only to the checkout's own origin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ShopperCredentials {
+    pub email: String,
+    pub password: String,
 }

@@ -27,6 +27,10 @@ pub enum ErrorCode {
     RequestTimeout,
     ServiceUnavailable,
     InternalError,
+    LivemodeMismatch,
+    TooManyRequests,
+    InvalidCredentials,
+    EmailTaken,
     #[serde(other)]
     Unknown,
 }
@@ -51,6 +55,10 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::InternalError => "internal_error",
+            ErrorCode::LivemodeMismatch => "livemode_mismatch",
+            ErrorCode::TooManyRequests => "too_many_requests",
+            ErrorCode::InvalidCredentials => "invalid_credentials",
+            ErrorCode::EmailTaken => "email_taken",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -75,6 +83,10 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "The request took too long",
             ErrorCode::ServiceUnavailable => "The service is temporarily unavailable",
             ErrorCode::InternalError => "Internal error",
+            ErrorCode::LivemodeMismatch => "Test money and live money do not mix",
+            ErrorCode::TooManyRequests => "Too many attempts",
+            ErrorCode::InvalidCredentials => "Wrong e-mail or password",
+            ErrorCode::EmailTaken => "This e-mail already has an account",
             ErrorCode::Unknown => "Unknown error",
         }
     }

@@ -120,28 +120,70 @@ impl TestDb {
             (
                 "balance + unfolded credits == sum(ledger), balance never negative",
                 "\
-                SELECT COUNT(*) FROM accounts a WHERE a.balance < 0 OR a.balance \
+                SELECT COUNT(*) FROM accounts a WHERE (a.balance < 0 AND a.kind <> 'funding') OR a.balance \
                   + (SELECT CAST(COALESCE(SUM(u.amount), 0) AS BIGINT) FROM unfolded_credits u WHERE u.account_id = a.account_id) \
                   <> (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)",
             ),
             (
-                "the sum of all balances equals the sum of opening entries",
+                "the test balances sum to the test money issued (opening entries, test accounts only)",
                 "\
                 SELECT CAST(CASE WHEN \
-                  (SELECT COALESCE(SUM(balance), 0) FROM accounts) + (SELECT COALESCE(SUM(amount), 0) FROM unfolded_credits) \
-                  = (SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE kind = 'opening') THEN 0 ELSE 1 END AS BIGINT)",
+                  (SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE livemode = 0) \
+                  + (SELECT COALESCE(SUM(u.amount), 0) FROM unfolded_credits u JOIN accounts a ON a.account_id = u.account_id WHERE a.livemode = 0) \
+                  = (SELECT COALESCE(SUM(l.amount), 0) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                      WHERE l.kind = 'opening' AND a.livemode = 0) \
+                  AND NOT EXISTS (SELECT 1 FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                      WHERE l.kind = 'opening' AND a.livemode = 1) THEN 0 ELSE 1 END AS BIGINT)",
+            ),
+            (
+                "the live balances sum to the live money deposited, which the funding account gave",
+                "\
+                SELECT CAST(CASE WHEN \
+                  (SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE livemode = 1 AND kind <> 'funding') \
+                  + (SELECT COALESCE(SUM(u.amount), 0) FROM unfolded_credits u JOIN accounts a ON a.account_id = u.account_id WHERE a.livemode = 1) \
+                  = (SELECT COALESCE(SUM(amount), 0) FROM deposits) \
+                  AND (SELECT COALESCE(SUM(amount), 0) FROM deposits) \
+                    = -(SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE kind = 'funding') \
+                  THEN 0 ELSE 1 END AS BIGINT)",
+            ),
+            (
+                "every transfer's accounts are of one mode",
+                "\
+                SELECT COUNT(*) FROM (SELECT l.kind, l.payment_id, l.refund_id, l.deposit_id FROM ledger l \
+                  JOIN accounts a ON a.account_id = l.account_id WHERE l.kind <> 'opening' \
+                  GROUP BY l.kind, l.payment_id, l.refund_id, l.deposit_id \
+                  HAVING MIN(a.livemode) <> MAX(a.livemode)) t",
+            ),
+            (
+                "a payment is of its session's mode",
+                "\
+                SELECT COUNT(*) FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
+                 WHERE p.livemode <> s.livemode \
+                    OR s.livemode <> (SELECT a.livemode FROM accounts a WHERE a.account_id = s.shop_account_id)",
+            ),
+            (
+                "every deposit credits a live shopper and debits the funding account, once each, and has its event",
+                "\
+                SELECT COUNT(*) FROM deposits d WHERE \
+                  (SELECT COUNT(*) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                    WHERE l.deposit_id = d.deposit_id AND l.account_id = d.account_id AND l.amount = d.amount \
+                      AND a.livemode = 1 AND a.kind = 'shopper') <> 1 \
+                  OR (SELECT COUNT(*) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                    WHERE l.deposit_id = d.deposit_id AND a.kind = 'funding' AND l.amount = -d.amount) <> 1 \
+                  OR (SELECT COUNT(*) FROM webhook_events e WHERE e.type = 'deposit.succeeded' \
+                       AND e.subject_id = d.deposit_id) <> 1",
             ),
             (
                 "every transfer is two ledger rows summing to zero",
                 "\
-                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id FROM ledger WHERE kind <> 'opening' \
-                  GROUP BY kind, payment_id, refund_id HAVING COUNT(*) <> 2 OR SUM(amount) <> 0) t",
+                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id, deposit_id FROM ledger WHERE kind <> 'opening' \
+                  GROUP BY kind, payment_id, refund_id, deposit_id HAVING COUNT(*) <> 2 OR SUM(amount) <> 0) t",
             ),
             (
                 "every transfer has exactly one row carrying its key's claim",
                 "\
-                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id FROM ledger WHERE kind <> 'opening' \
-                  GROUP BY kind, payment_id, refund_id \
+                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id, deposit_id FROM ledger WHERE kind <> 'opening' \
+                  GROUP BY kind, payment_id, refund_id, deposit_id \
                   HAVING SUM(CASE WHEN claim_id IS NOT NULL AND idempotency_key IS NOT NULL THEN 1 ELSE 0 END) <> 1) t",
             ),
             (
@@ -269,6 +311,12 @@ impl Server {
             .env("CHECKOUT_ADDR", "127.0.0.1:0")
             .env("CHECKOUT_DEMO", "1")
             .env("CHECKOUT_STATIC_DIR", "/nonexistent")
+            // Tests make many shoppers and keyed requests from one address; a test of the
+            // limits sets its own.
+            .env("CHECKOUT_TEST_SHOPPERS_PER_ADDRESS", "1000000")
+            .env("CHECKOUT_SIGN_IN_PER_ADDRESS", "1000000")
+            .env("CHECKOUT_SIGN_IN_PER_ACCOUNT", "1000000")
+            .env("CHECKOUT_KEYS_IN_PROGRESS", "100000")
             .env("RUST_LOG", "info,sqlx=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -342,6 +390,21 @@ impl Server {
         )
     }
 
+    /// `checkout-server shopper deposit`: whether it worked, and its JSON line (or its error).
+    pub async fn deposit(&self, email: &str, amount: i64, key: &str) -> (bool, Value) {
+        let amount = amount.to_string();
+        let (ok, out, err) = self
+            .operator(&[
+                "shopper", "deposit", "--email", email, "--amount", &amount, "--key", key,
+            ])
+            .await;
+        if ok {
+            (true, serde_json::from_str(out.trim()).expect("deposit prints JSON"))
+        } else {
+            (false, Value::String(err))
+        }
+    }
+
     /// A new shop whose events go to `webhook_url`.
     pub async fn add_shop_with_webhook(&self, name: &str, webhook_url: &str) -> Shop {
         add_shop_with(
@@ -355,12 +418,15 @@ impl Server {
     }
 }
 
-/// A shop as a test drives it: its secrets (shown once, by `shop add`) and its API client.
+/// A shop as a test drives it: its secrets (shown once, by `shop add`) and its API client, in
+/// test mode (what most tests use) and in live mode.
 #[derive(Clone)]
 pub struct Shop {
     pub shop_id: String,
     pub signing_secret: String,
     pub api: Api,
+    pub live_signing_secret: String,
+    pub live_api: Api,
 }
 
 /// Runs `checkout-server shop add --name NAME` over `database_url` and reads its one JSON line.
@@ -396,12 +462,17 @@ pub async fn add_shop_with(
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "shop add prints one line: {stdout}");
     let printed: Value = serde_json::from_str(lines[0]).expect("shop add prints JSON");
-    let text = |field: &str| printed[field].as_str().expect(field).to_owned();
+    let text = |mode: &str, field: &str| printed[mode][field].as_str().expect(field).to_owned();
     Shop {
-        shop_id: text("shop_id"),
-        signing_secret: text("signing_secret"),
+        shop_id: printed["shop_id"].as_str().expect("shop_id").to_owned(),
+        signing_secret: text("test", "signing_secret"),
         api: Api {
-            token: Some(text("secret_key")),
+            token: Some(text("test", "secret_key")),
+            ..Api::new(base)
+        },
+        live_signing_secret: text("live", "signing_secret"),
+        live_api: Api {
+            token: Some(text("live", "secret_key")),
             ..Api::new(base)
         },
     }
@@ -791,17 +862,45 @@ impl Api {
         }
     }
 
-    /// A fresh demo shopper holding 100 000 kopecks.
+    /// A fresh test shopper holding 100 000 kopecks of test money.
     pub async fn shopper(&self) -> Api {
         let answer = self
-            .send(self.http.post(format!("{}/api/demo/session", self.base)))
+            .send(self.http.post(format!("{}/api/test/shoppers", self.base)))
             .await
             .unwrap();
-        assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
         Api {
             token: Some(answer.json()["token"].as_str().unwrap().to_owned()),
             ..self.clone()
         }
+    }
+
+    /// A live shopper signs up (`POST /api/shoppers`): signed in, no money yet.
+    pub async fn live_shopper(&self, email: &str, password: &str) -> Api {
+        let answer = self
+            .send(self.post(
+                "/api/shoppers",
+                None,
+                &serde_json::json!({ "email": email, "password": password }),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        Api {
+            token: Some(answer.json()["token"].as_str().unwrap().to_owned()),
+            ..self.clone()
+        }
+    }
+
+    /// `POST /api/shoppers/sign-in`: the raw answer.
+    pub async fn sign_in(&self, email: &str, password: &str) -> Answer {
+        self.send(self.post(
+            "/api/shoppers/sign-in",
+            None,
+            &serde_json::json!({ "email": email, "password": password }),
+        ))
+        .await
+        .unwrap()
     }
 
     /// A fresh demo shopper's token.

@@ -31,5 +31,7 @@ pub async fn get(
         account_id: row.account_id,
         balance: row.balance,
         currency: row.currency,
+        livemode: row.livemode,
+        email: row.email,
     }))
 }

@@ -1,5 +1,5 @@
-//! Demo mode's endpoints: `POST /api/demo/session` (a fresh demo shopper) and
-//! `POST /api/demo/checkout-session` (a session of the demo shop for one of its carts).
+//! Demo mode's endpoint: `POST /api/demo/checkout-session` (a session of the demo shop for one
+//! of its carts). Its shoppers are test shoppers (`api::shoppers`).
 
 use std::sync::Arc;
 
@@ -8,14 +8,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use checkout_idempotency::{KeyedRequest, NoHooks, Outcome};
 use checkout_shared::{
-    CheckoutSession, CreateCheckoutSession, DemoCart, DemoSession, LineItem, ShopView,
+    CheckoutSession, CreateCheckoutSession, DemoCart, LineItem, ShopView,
 };
 
 use crate::api::AppState;
 use crate::api::extract::JsonBody;
 use crate::api::sessions;
 use crate::operations::accounts::{self, DEFAULT_CURRENCY};
-use crate::operations::demo::{self, DEMO_SHOP_ACCOUNT, DEMO_SHOP_NAME, cart};
+use crate::operations::demo::{DEMO_SHOP_ACCOUNT, DEMO_SHOP_NAME, cart};
 use crate::operations::error::ApiError;
 use crate::operations::sessions::NewCheckoutSession;
 use crate::store::AccountKind;
@@ -28,22 +28,6 @@ pub fn demo_only(app: &AppState) -> Result<(), ApiError> {
             "demo mode is off (set CHECKOUT_DEMO=1)".into(),
         ))
     }
-}
-
-/// `POST /api/demo/session`: a fresh shopper with its opening credit, in one transaction so
-/// that balance == sum(ledger) holds from its first moment.
-#[utoipa::path(
-    post, path = "/api/demo/session", operation_id = "create_demo_shopper", tag = "demo",
-    summary = "A fresh demo shopper holding 1 000,00 ₽ (demo mode only)",
-    responses(
-        (status = 200, description = "The shopper's token and account", body = checkout_shared::DemoSession),
-        (status = 404, description = "`not_found`: demo mode is off", body = checkout_shared::Problem, content_type = "application/problem+json"),
-    ),
-)]
-pub async fn create_shopper(State(app): State<AppState>) -> Result<Json<DemoSession>, ApiError> {
-    demo_only(&app)?;
-    let (token, account_id) = demo::new_shopper(&app.store).await?;
-    Ok(Json(DemoSession { token, account_id }))
 }
 
 /// `POST /api/demo/checkout-session` `{"cart": n}`: a session of the demo shop for demo cart
@@ -86,6 +70,7 @@ pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession
         account_id: DEMO_SHOP_ACCOUNT.into(),
         currency: DEFAULT_CURRENCY.into(),
         kind: AccountKind::Shop,
+        livemode: false,
     };
     let session = NewCheckoutSession::validate(&shop, request, app.session_ttl)?;
     let body = session.canonical();

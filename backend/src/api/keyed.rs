@@ -72,6 +72,8 @@ pub async fn execute<O>(
 where
     O: Operation<Tx, Error = ApiError>,
 {
+    // A bound on what one principal may have executing (a flood of fresh keys queues nowhere).
+    let _in_progress = app.limits.key_in_progress(&principal.account_id)?;
     let request = KeyedRequest {
         scope: &principal.account_id,
         key: key.as_str(),

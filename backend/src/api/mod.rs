@@ -3,7 +3,8 @@
 //! requests as HTTP answers ([`keyed`]), errors as problems ([`problem`]), the OpenAPI document
 //! ([`openapi`]), `/metrics` on its own address ([`metrics`]), and the thin handlers, one module
 //! per resource: [`sessions`], [`payments`], [`refunds`], [`keys`], [`events`], [`accounts`],
-//! [`demo`]; the checkout's own pages and the widget's files ([`site`]), from the built widget
+//! [`shoppers`] (test shoppers; live shoppers' sign-up, sign-in, sign-out), [`demo`]; abuse
+//! limits ([`limits`]); the checkout's own pages and the widget's files ([`site`]), from the built widget
 //! as the server holds it ([`assets`]).
 
 pub mod accounts;
@@ -14,6 +15,7 @@ pub mod extract;
 pub mod health;
 pub mod keyed;
 pub mod keys;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod payments;
@@ -21,6 +23,7 @@ pub mod problem;
 pub mod refunds;
 pub mod router;
 pub mod sessions;
+pub mod shoppers;
 pub mod site;
 pub mod state;
 

@@ -34,7 +34,11 @@ use crate::api::AppState;
         crate::api::events::get,
         crate::api::events::redeliver,
         crate::api::accounts::get,
-        crate::api::demo::create_shopper,
+        crate::api::shoppers::create_test_shopper,
+        crate::api::shoppers::sign_up,
+        crate::api::shoppers::sign_in,
+        crate::api::shoppers::sign_out,
+        crate::api::shoppers::create_demo_shopper,
         crate::api::demo::create_checkout_session,
         crate::api::health::healthz,
         document,
@@ -47,6 +51,7 @@ use crate::api::AppState;
         (name = "idempotency keys", description = "What became of a key"),
         (name = "events", description = "The shop's events (webhooks) and their delivery"),
         (name = "accounts"),
+        (name = "shoppers", description = "Test shoppers (anyone; test money) and live shoppers (sign-up, sign-in; live money from the operator)"),
         (name = "demo", description = "Demo mode only (`CHECKOUT_DEMO=1`)"),
         (name = "operations"),
     )
@@ -66,11 +71,11 @@ impl Modify for Credentials {
         };
         components.add_security_scheme(
             "shopper_token",
-            bearer("A shopper's session token (the widget's; demo mode hands them out)."),
+            bearer("A shopper's token: a test shopper's (`POST /api/test/shoppers`), or a live shopper's sign-in (`POST /api/shoppers/sign-in`; expires, revoked by sign-out)."),
         );
         components.add_security_scheme(
             "shop_secret_key",
-            bearer("A shop's secret key `sk_…`, printed once by `checkout-server shop add`."),
+            bearer("A shop's secret key in one mode, `sk_test_…` or `sk_live_…`, printed once by `checkout-server shop add`: what it makes and sees is of that mode."),
         );
     }
 }

@@ -76,6 +76,7 @@ pub async fn get(
         .await?
         .ok_or_else(|| not_found(&payment_id))?;
     let shop_is_asking = row.shop_account_id == principal.account_id;
+    let row_livemode = row.livemode;
     Ok(Json(PaymentDetails {
         refunded_total: row.refunded,
         payment: payment_of(row, !shop_is_asking),
@@ -88,6 +89,7 @@ pub async fn get(
                 refunded_total: r.refunded_total_after,
                 balance: shop_is_asking.then_some(r.balance_after),
                 created_at: clock::rfc3339(r.created_at),
+                livemode: row_livemode,
             })
             .collect(),
     }))

@@ -7,17 +7,13 @@ use checkout_shared::{PROBLEM_CONTENT_TYPE, Problem};
 
 use crate::operations::error::ApiError;
 
-/// How long a client is asked to wait before retrying a `409` in-use or a `503`.
-pub const RETRY_AFTER_SECS: &str = "1";
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = problem_response(&self.problem());
-        if self.is_transient() {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECS),
-            );
+        if let Some(seconds) = self.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -44,6 +44,7 @@ pub async fn create(
     let order = RefundOrder {
         payment_id,
         amount: body.value.amount,
+        livemode: shop.livemode,
     };
     let canonical = serde_json::json!({ "amount": order.amount });
     let asked = Asked {

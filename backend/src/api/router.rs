@@ -23,7 +23,9 @@ use crate::api::keyed::KeyOutcome;
 use crate::api::problem::problem_response;
 use crate::api::site::{self, Framable};
 use crate::api::state::AppState;
-use crate::api::{accounts, demo, events, health, keys, openapi, payments, refunds, sessions};
+use crate::api::{
+    accounts, demo, events, health, keys, openapi, payments, refunds, sessions, shoppers,
+};
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 /// Longer than any transaction should take; a request cut here rolls back, and its retry
@@ -120,7 +122,11 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
             post(events::redeliver),
         ),
         ("GET", "/api/account", get(accounts::get)),
-        ("POST", "/api/demo/session", post(demo::create_shopper)),
+        ("POST", "/api/test/shoppers", post(shoppers::create_test_shopper)),
+        ("POST", "/api/shoppers", post(shoppers::sign_up)),
+        ("POST", "/api/shoppers/sign-in", post(shoppers::sign_in)),
+        ("POST", "/api/shoppers/sign-out", post(shoppers::sign_out)),
+        ("POST", "/api/demo/session", post(shoppers::create_demo_shopper)),
         (
             "POST",
             "/api/demo/checkout-session",

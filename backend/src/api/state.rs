@@ -6,6 +6,7 @@ use std::time::Duration;
 use checkout_idempotency::Protocol;
 
 use crate::api::assets::Site;
+use crate::api::limits::Limits;
 use crate::operations::accounts::PrincipalCache;
 use crate::store::Store;
 
@@ -22,4 +23,6 @@ pub struct AppState {
     pub site: Arc<Site>,
     /// Wakes this instance's webhook delivery (an event was written or asked for again).
     pub deliveries: Arc<tokio::sync::Notify>,
+    /// Sign-in, sign-up and test-shopper allowances; keys in progress per principal.
+    pub limits: Arc<Limits>,
 }

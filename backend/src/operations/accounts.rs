@@ -1,5 +1,5 @@
-//! Accounts: who the caller is (a shopper's bearer token or a shop's secret key, each stored
-//! only as its hash), and their balance.
+//! Accounts: who the caller is (a test shopper's token, a live shopper's sign-in, or a shop's
+//! secret key of one mode, each stored only as its hash), of which mode, and their balance.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +18,8 @@ pub struct Principal {
     pub account_id: String,
     pub currency: String,
     pub kind: AccountKind,
+    /// Live money (`true`) or test money.
+    pub livemode: bool,
 }
 
 impl Principal {
@@ -43,17 +45,46 @@ impl Principal {
     }
 }
 
-/// Recently seen tokens, so that a request costs no database round trip to authenticate. A
-/// token always names the same account and an account never changes currency, so a cached
-/// entry cannot be wrong; entries still expire, so that a revoked token would stop working.
+/// How long a live shopper's sign-in lasts: unused for `idle`, or older than `absolute`, it
+/// stops working.
+#[derive(Clone, Copy, Debug)]
+pub struct SignInLimits {
+    pub idle: Duration,
+    pub absolute: Duration,
+}
+
+impl Default for SignInLimits {
+    fn default() -> Self {
+        SignInLimits {
+            idle: Duration::from_secs(30 * 60),
+            absolute: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
+/// A sign-in's last use is written again only after this long (not at every request).
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// Recently seen tokens and secret keys, so that a request costs no database round trip to
+/// authenticate. A test shopper's token and a shop's key always name the same account, so a
+/// cached entry cannot be wrong. A live shopper's sign-in is never cached: it expires and is
+/// revoked, and every instance must see that at once.
 #[derive(Debug, Default)]
 pub struct PrincipalCache {
     entries: Mutex<HashMap<String, (Principal, Instant)>>,
+    limits: SignInLimits,
 }
 
 impl PrincipalCache {
     const TTL: Duration = Duration::from_secs(60);
     const CAPACITY: usize = 10_000;
+
+    pub fn new(limits: SignInLimits) -> Self {
+        PrincipalCache {
+            entries: Mutex::default(),
+            limits,
+        }
+    }
 
     /// The account holding the token with this hash, from the cache or the database.
     pub async fn authenticate(
@@ -64,16 +95,28 @@ impl PrincipalCache {
         if let Some(principal) = self.get(token_hash) {
             return Ok(principal);
         }
-        let (account_id, currency, kind) = store
+        let holder = store
             .account_by_token_hash(token_hash)
             .await?
             .ok_or(ApiError::Unauthorized)?;
         let principal = Principal {
-            account_id,
-            currency,
-            kind,
+            account_id: holder.account_id,
+            currency: holder.currency,
+            kind: holder.kind,
+            livemode: holder.livemode,
         };
-        self.put(token_hash.to_owned(), principal.clone());
+        let Some((signed_in_at, last_used_at)) = holder.sign_in else {
+            self.put(token_hash.to_owned(), principal.clone());
+            return Ok(principal);
+        };
+        let now = crate::clock::now_ms();
+        let within = |since: i64, limit: Duration| now - since < limit.as_millis() as i64;
+        if !within(signed_in_at, self.limits.absolute) || !within(last_used_at, self.limits.idle) {
+            return Err(ApiError::Unauthorized);
+        }
+        if now - last_used_at >= TOUCH_EVERY_MS && !store.touch_sign_in(token_hash, now).await? {
+            return Err(ApiError::Unauthorized);
+        }
         Ok(principal)
     }
 

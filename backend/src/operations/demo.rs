@@ -1,19 +1,17 @@
-//! Demo mode (`CHECKOUT_DEMO=1`): fresh shoppers holding 1 000,00 ₽, and one demo shop whose
-//! carts become checkout sessions made here, on the server, exactly as a shop's server makes
-//! them (the browser names a cart, never an amount). The demo shop's secret key is new at every
+//! Demo mode (`CHECKOUT_DEMO=1`) only provisions one demo shop, on test money, whose carts
+//! become checkout sessions made here, on the server, exactly as a shop's server makes them
+//! (the browser names a cart, never an amount). The demo shop's test secret key is new at every
 //! start and handed over only through a file (`CHECKOUT_DEMO_SHOP_FILE`), never an endpoint.
+//! Its shoppers are test shoppers, which exist with or without demo mode
+//! ([`crate::operations::shoppers`]).
 
 use std::path::Path;
 
 use checkout_shared::LineItem;
 
-use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
-use crate::operations::shops::{self, NewShop, ShopError};
-use crate::store::{AccountKind, EntryKind, LedgerEntry, Store, StoreError};
-use crate::{clock, ids};
+use crate::operations::shops::{self, ShopCredentials, ShopError};
+use crate::store::Store;
 
-/// A demo shopper's opening balance: 1 000,00 ₽.
-pub const DEMO_OPENING_BALANCE: i64 = 100_000;
 pub const DEMO_SHOP_ID: &str = "shop_demo";
 pub const DEMO_SHOP_ACCOUNT: &str = "acc_demo_shop";
 pub const DEMO_SHOP_NAME: &str = "Кофейня «Зерно»";
@@ -25,8 +23,8 @@ pub async fn provision_shop(
     credentials: Option<&Path>,
     webhook_url: Option<&str>,
     origins: &[String],
-) -> Result<NewShop, ShopError> {
-    let shop = shops::ensure_with_new_key(
+) -> Result<ShopCredentials, ShopError> {
+    let shop = shops::ensure_test_shop(
         store,
         DEMO_SHOP_ID,
         DEMO_SHOP_ACCOUNT,
@@ -72,39 +70,4 @@ pub fn cart(number: u32) -> Vec<LineItem> {
         1 => vec![item("Кофемолка ручная", 1, 70_000)],
         _ => vec![item("Шоколад горький 72 %", 3, 4_000)],
     }
-}
-
-/// A fresh demo shopper with its opening credit, in one transaction so that balance ==
-/// sum(ledger) holds from its first moment: its token (shown once) and account id.
-pub async fn new_shopper(store: &Store) -> Result<(String, String), StoreError> {
-    let account_id = ids::new_id("acc_");
-    let token = new_secret("tok_");
-    let now_ms = clock::now_ms();
-    let (account, hash) = (account_id.clone(), token_hash(&token));
-    store
-        .write(move |tx| {
-            Box::pin(async move {
-                tx.insert_account(
-                    &account,
-                    &hash,
-                    AccountKind::Shopper,
-                    DEFAULT_CURRENCY,
-                    DEMO_OPENING_BALANCE,
-                    now_ms,
-                )
-                .await?;
-                tx.insert_ledger(&LedgerEntry {
-                    account_id: &account,
-                    amount: DEMO_OPENING_BALANCE,
-                    kind: EntryKind::Opening,
-                    claim: None,
-                    payment_id: None,
-                    refund_id: None,
-                    created_at: now_ms,
-                })
-                .await
-            })
-        })
-        .await?;
-    Ok((token, account_id))
 }

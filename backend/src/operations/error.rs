@@ -35,6 +35,18 @@ pub enum ApiError {
         "the request kept colliding with concurrent ones; nothing was charged, retry it with the same key"
     )]
     Contended,
+    /// A shopper of one mode and a session of the other: test money never pays a live session,
+    /// live money never a test one.
+    #[error("{0}")]
+    ModeMismatch(String),
+    /// Too many attempts from this address or at this account: wait this many seconds.
+    #[error("too many attempts; try again in {0} s")]
+    TooManyRequests(u64),
+    /// A wrong password and an unknown e-mail are told apart by no one.
+    #[error("wrong e-mail or password")]
+    InvalidCredentials,
+    #[error("this e-mail already has an account; sign in instead")]
+    EmailTaken,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -61,6 +73,10 @@ impl ApiError {
             ApiError::KeyReused(_) => (422, ErrorCode::IdempotencyKeyReused),
             ApiError::KeyInUse => (409, ErrorCode::IdempotencyKeyInUse),
             ApiError::Contended => (503, ErrorCode::ServiceUnavailable),
+            ApiError::ModeMismatch(_) => (403, ErrorCode::LivemodeMismatch),
+            ApiError::TooManyRequests(_) => (429, ErrorCode::TooManyRequests),
+            ApiError::InvalidCredentials => (401, ErrorCode::InvalidCredentials),
+            ApiError::EmailTaken => (409, ErrorCode::EmailTaken),
             ApiError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
                 (500, ErrorCode::InternalError)
             }
@@ -70,7 +86,16 @@ impl ApiError {
 
     /// Whether the same request may simply be sent again later (`Retry-After`).
     pub fn is_transient(&self) -> bool {
-        matches!(self.status_and_code().0, 409 | 503)
+        matches!(self, ApiError::KeyInUse) || self.status_and_code().0 == 503
+    }
+
+    /// How many seconds a client should wait before sending it again, if it may.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::TooManyRequests(seconds) => Some((*seconds).max(1)),
+            _ if self.is_transient() => Some(1),
+            _ => None,
+        }
     }
 
     /// The problem the caller reads: its detail says what happened and what a retry does, never

@@ -12,6 +12,9 @@ use crate::{clock, ids};
 pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
 pub const REFUND_SUCCEEDED: &str = "refund.succeeded";
 pub const SESSION_EXPIRED: &str = "checkout_session.expired";
+/// Live money deposited to a shopper: kept in the outbox under the funding account (no shop
+/// hears it; it is the operator's record and a broker's, later).
+pub const DEPOSIT_SUCCEEDED: &str = "deposit.succeeded";
 
 /// Records `payment.succeeded` for the shop paid, in the payment's transaction.
 pub async fn payment_succeeded(
@@ -26,7 +29,7 @@ pub async fn payment_succeeded(
         shop_account_id,
         PAYMENT_SUCCEEDED,
         &payment.payment_id,
-        data,
+        (data, payment.livemode),
         now_ms,
     )
     .await
@@ -50,7 +53,26 @@ pub async fn refund_succeeded(
         shop_account_id,
         REFUND_SUCCEEDED,
         &refund.payment_id,
-        data,
+        (data, refund.livemode),
+        now_ms,
+    )
+    .await
+}
+
+/// Records `deposit.succeeded` (`data`: the deposit as its answer says it), in the deposit's
+/// transaction.
+pub async fn deposit_succeeded(
+    tx: &mut Tx,
+    deposit_id: &str,
+    data: serde_json::Value,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    record(
+        tx,
+        crate::store::accounts::FUNDING_ACCOUNT,
+        DEPOSIT_SUCCEEDED,
+        deposit_id,
+        (data, true),
         now_ms,
     )
     .await
@@ -71,13 +93,14 @@ pub async fn expire_sessions(store: &Store, now_ms: i64, batch: i64) -> Result<u
                         "currency": session.currency,
                         "status": "expired",
                         "expires_at": clock::rfc3339(session.expires_at),
+                        "livemode": session.livemode,
                     });
                     record(
                         tx,
                         &session.shop_account_id,
                         SESSION_EXPIRED,
                         &session.session_id,
-                        data,
+                        (data, session.livemode),
                         now_ms,
                     )
                     .await?;
@@ -93,11 +116,12 @@ async fn record(
     shop_account_id: &str,
     event_type: &str,
     subject_id: &str,
-    data: serde_json::Value,
+    (data, livemode): (serde_json::Value, bool),
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let body = checkout_shared::EventBody {
         event_type: event_type.to_owned(),
+        livemode,
         timestamp: clock::rfc3339(now_ms),
         data,
     };

@@ -1,7 +1,8 @@
 //! The checkout's operations, above the store and below HTTP: who is asking ([`accounts`]),
 //! shops, what a shop asks to be paid ([`sessions`]), a shopper paying it ([`payments`]), the
 //! shop refunding ([`refunds`]), the events each writes in its own transaction ([`events`]),
-//! and demo mode's shoppers and shop ([`demo`]). Each keyed operation is an
+//! test and live shoppers ([`shoppers`]), live money deposited by the operator ([`deposits`]),
+//! and demo mode's shop ([`demo`]). Each keyed operation is an
 //! `checkout_idempotency::Operation`: its guarded change and the answer it stores
 //! ([`answers`]), run by the protocol in one transaction. Nothing here knows HTTP.
 
@@ -9,9 +10,11 @@ pub mod accounts;
 pub mod addresses;
 pub mod answers;
 pub mod demo;
+pub mod deposits;
 pub mod error;
 pub mod events;
 pub mod payments;
 pub mod refunds;
 pub mod sessions;
+pub mod shoppers;
 pub mod shops;

@@ -20,6 +20,8 @@ pub struct Charge {
     pub checkout_session_id: String,
     /// What the shopper's account pays in; the session must be in it.
     pub currency: String,
+    /// The shopper's mode; the session must be of it.
+    pub livemode: bool,
 }
 
 impl Charge {
@@ -33,6 +35,7 @@ impl Charge {
         Ok(Charge {
             checkout_session_id: request.checkout_session_id,
             currency: shopper.currency.clone(),
+            livemode: shopper.livemode,
         })
     }
 }
@@ -52,6 +55,11 @@ impl Operation<Tx> for Charge {
         else {
             return not_payable(tx, session_id).await;
         };
+        // Test money never pays a live session, nor live money a test one. An error, not an
+        // outcome: the session is open again with the rollback, and nothing is stored.
+        if session.livemode != self.livemode {
+            return Err(mode_mismatch(session.livemode));
+        }
         if session.currency != self.currency {
             return Err(ApiError::InvalidRequest(format!(
                 "the session is in {}; this account pays in {}",
@@ -121,6 +129,7 @@ impl Operation<Tx> for Charge {
             status: PaymentStatus::Succeeded,
             balance: None,
             created_at: clock::rfc3339(claim.now_ms),
+            livemode: session.livemode,
         };
         // The shop hears of it from the outbox, in this transaction: even if the shopper's tab
         // is gone before this answer arrives.
@@ -160,6 +169,15 @@ async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, ApiError
     Ok(Decision::Respond(answers::declined(&problem)))
 }
 
+/// A shopper of the other mode than the session's.
+pub fn mode_mismatch(session_livemode: bool) -> ApiError {
+    ApiError::ModeMismatch(if session_livemode {
+        "this checkout session is paid with real money: sign in as a shopper (a test shopper pays only test sessions)".into()
+    } else {
+        "this checkout session is in test mode: only a test shopper pays it, never real money".into()
+    })
+}
+
 pub(crate) fn not_found(payment_id: &str) -> ApiError {
     ApiError::NotFound(format!("there is no payment {payment_id} of yours"))
 }
@@ -174,5 +192,6 @@ pub fn payment_of(row: PaymentRow, with_shopper_balance: bool) -> Payment {
         status: PaymentStatus::Succeeded,
         balance: with_shopper_balance.then_some(row.balance_after),
         created_at: clock::rfc3339(row.created_at),
+        livemode: row.livemode,
     }
 }

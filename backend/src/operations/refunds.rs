@@ -19,6 +19,8 @@ use crate::{clock, ids};
 pub struct RefundOrder {
     pub payment_id: String,
     pub amount: i64,
+    /// The shop account's mode (its payments are all of it).
+    pub livemode: bool,
 }
 
 /// The business step of a refund, inside the protocol's transaction.
@@ -106,6 +108,7 @@ impl Operation<Tx> for RefundOrder {
             refunded_total,
             balance: None,
             created_at: clock::rfc3339(claim.now_ms),
+            livemode: self.livemode,
         };
         // The shop hears of it too, from the outbox, even if this answer is lost.
         events::refund_succeeded(tx, shop, &refund, &order_id, &currency, claim.now_ms).await?;

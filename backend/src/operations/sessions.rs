@@ -31,6 +31,8 @@ pub struct NewCheckoutSession {
     pub items: Vec<LineItem>,
     pub return_url: Option<String>,
     pub ttl: Duration,
+    /// The mode of the shop's key that asks: the session's.
+    pub livemode: bool,
 }
 
 impl NewCheckoutSession {
@@ -86,6 +88,7 @@ impl NewCheckoutSession {
             description: request.description,
             items,
             ttl,
+            livemode: shop.livemode,
         })
     }
 }
@@ -171,6 +174,7 @@ impl Operation<Tx> for NewCheckoutSession {
             expires_at: clock::rfc3339(expires_at),
             payment_id: None,
             return_url: self.return_url.clone(),
+            livemode: self.livemode,
         })))
     }
 }
@@ -196,5 +200,6 @@ pub fn public_view(row: SessionRow, now_ms: i64) -> CheckoutSession {
         expires_at: clock::rfc3339(row.expires_at),
         payment_id: row.payment_id,
         return_url: row.return_url,
+        livemode: row.livemode,
     }
 }

@@ -1,7 +1,8 @@
-//! Shops: merchant accounts that act with a secret key (`sk_…`, stored hashed), create checkout
-//! sessions for their orders, are paid into, and refund. An operator adds one with
-//! `checkout-server shop add --name NAME [--webhook-url URL] [--origin URL…]`, which prints the
-//! secrets once.
+//! Shops: merchants with an account in each mode, test and live, each acting with its own secret
+//! key (`sk_test_…`, `sk_live_…`, stored hashed) and signing its events with its own secret.
+//! A shop creates checkout sessions for its orders (of its key's mode), is paid into, and
+//! refunds. An operator adds one with `checkout-server shop add --name NAME [--webhook-url URL]
+//! [--origin URL…]`, which prints the secrets of both modes once.
 
 use base64::Engine;
 use serde::Serialize;
@@ -12,13 +13,34 @@ use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
 use crate::operations::addresses;
 use crate::store::{AccountKind, ShopRow, Store, StoreError};
 
+/// A shop's credentials in one mode, shown once: its secret key and its signing secret.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeKeys {
+    /// `sk_test_…` or `sk_live_…`.
+    pub secret_key: String,
+    /// Standard Webhooks' form: `whsec_` and the base64 of 32 random bytes.
+    pub signing_secret: String,
+}
+
 /// What `shop add` prints, as one JSON line: the only time the secrets are shown.
 #[derive(Clone, Debug, Serialize)]
 pub struct NewShop {
     pub shop_id: String,
+    pub test: ModeKeys,
+    pub live: ModeKeys,
+}
+
+/// The demo shop's credentials as its process reads them: test mode only.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShopCredentials {
+    pub shop_id: String,
     pub secret_key: String,
-    /// Standard Webhooks' form: `whsec_` and the base64 of 32 random bytes.
     pub signing_secret: String,
+}
+
+/// A secret key's prefix in each mode.
+pub fn key_prefix(livemode: bool) -> &'static str {
+    if livemode { "sk_live_" } else { "sk_test_" }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,19 +105,49 @@ pub async fn set_origins(
     }
 }
 
-/// Sets (`Some`) or clears (`None`) a shop's webhook URL; its undelivered events follow.
+/// Sets (`Some`) or clears (`None`) a shop's webhook URL in one mode, or both (`mode` None);
+/// its undelivered events follow.
 pub async fn set_webhook_url(
     store: &Store,
     shop_id: &str,
+    mode: Option<bool>,
     webhook_url: Option<&str>,
 ) -> Result<(), ShopError> {
     if let Some(url) = webhook_url {
         validate_webhook_url(url)?;
     }
-    if store.set_shop_webhook_url(shop_id, webhook_url).await? {
-        Ok(())
+    let modes = mode.map_or(vec![false, true], |livemode| vec![livemode]);
+    for livemode in modes {
+        if !store
+            .set_shop_webhook_url(shop_id, livemode, webhook_url)
+            .await?
+        {
+            return Err(ShopError::UnknownShop(shop_id.to_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// A new secret key for the shop in one mode; the old one stops working (within a minute on a
+/// server that saw it: its cache).
+pub async fn roll_key(store: &Store, shop_id: &str, livemode: bool) -> Result<String, ShopError> {
+    let secret_key = new_secret(key_prefix(livemode));
+    let (shop_id, hash) = (shop_id.to_owned(), token_hash(&secret_key));
+    let rolled = store
+        .write(move |tx| {
+            Box::pin(async move {
+                let Some(shop) = tx.shop(&shop_id, livemode).await? else {
+                    return Ok(false);
+                };
+                tx.set_token_hash(&shop.account_id, &hash).await?;
+                Ok(true)
+            })
+        })
+        .await?;
+    if rolled {
+        Ok(secret_key)
     } else {
-        Err(ShopError::UnknownShop(shop_id.to_owned()))
+        Err(ShopError::UnknownShop("no such shop".into()))
     }
 }
 
@@ -115,7 +167,7 @@ fn validate(name: &str, webhook_url: Option<&str>) -> Result<(), ShopError> {
     webhook_url.map_or(Ok(()), validate_webhook_url)
 }
 
-/// Adds a shop: its account (balance 0) and its secrets, in one transaction.
+/// Adds a shop: an account in each mode (balance 0) with its secrets, in one transaction.
 pub async fn add(
     store: &Store,
     name: &str,
@@ -124,90 +176,126 @@ pub async fn add(
 ) -> Result<NewShop, ShopError> {
     validate(name, webhook_url)?;
     let origins = validate_origins(origins)?;
-    let shop = ShopRow {
-        shop_id: ids::new_id("shop_"),
-        account_id: ids::new_id("acc_"),
-        name: name.trim().to_owned(),
-        webhook_url: webhook_url.map(str::to_owned),
-        signing_secret: new_signing_secret(),
-        origins,
-    };
-    let secret_key = new_secret("sk_");
-    let created = NewShop {
-        shop_id: shop.shop_id.clone(),
-        secret_key: secret_key.clone(),
-        signing_secret: shop.signing_secret.clone(),
-    };
+    let shop_id = ids::new_id("shop_");
+    let rows: Vec<(ShopRow, ModeKeys)> = [false, true]
+        .into_iter()
+        .map(|livemode| {
+            let row = ShopRow {
+                shop_id: shop_id.clone(),
+                account_id: ids::new_id("acc_"),
+                name: name.trim().to_owned(),
+                webhook_url: webhook_url.map(str::to_owned),
+                signing_secret: new_signing_secret(),
+                origins: origins.clone(),
+                livemode,
+            };
+            let keys = ModeKeys {
+                secret_key: new_secret(key_prefix(livemode)),
+                signing_secret: row.signing_secret.clone(),
+            };
+            (row, keys)
+        })
+        .collect();
+    let written: Vec<(ShopRow, String)> = rows
+        .iter()
+        .map(|(row, keys)| (row.clone(), token_hash(&keys.secret_key)))
+        .collect();
     store
         .write(move |tx| {
             Box::pin(async move {
                 let now = clock::now_ms();
-                tx.insert_account(
-                    &shop.account_id,
-                    &token_hash(&secret_key),
-                    AccountKind::Shop,
-                    DEFAULT_CURRENCY,
-                    0,
-                    now,
-                )
-                .await?;
-                tx.insert_shop(&shop, now).await
+                for (row, hash) in &written {
+                    tx.insert_account(
+                        &row.account_id,
+                        hash,
+                        AccountKind::Shop,
+                        row.livemode,
+                        DEFAULT_CURRENCY,
+                        0,
+                        now,
+                    )
+                    .await?;
+                    tx.insert_shop(row, now).await?;
+                }
+                Ok(())
             })
         })
         .await?;
-    Ok(created)
+    let mut keys = rows.into_iter().map(|(_, keys)| keys);
+    Ok(NewShop {
+        shop_id,
+        test: keys.next().expect("a test row"),
+        live: keys.next().expect("a live row"),
+    })
 }
 
-/// The shop with this id, made if missing, with a fresh secret key (the old one stops working)
-/// and this webhook URL: for a shop whose key is handed over at every start (the demo shop).
-pub async fn ensure_with_new_key(
+/// The shop with this id, made if missing, with a fresh **test** secret key (the old one stops
+/// working) and this webhook URL and these origins: for a shop whose key is handed over at
+/// every start (the demo shop, which runs on test money). Its live account is made with no
+/// usable key (`shop roll-key --live` gives one).
+pub async fn ensure_test_shop(
     store: &Store,
     shop_id: &str,
     account_id: &str,
     name: &str,
     webhook_url: Option<&str>,
     origins: &[String],
-) -> Result<NewShop, ShopError> {
+) -> Result<ShopCredentials, ShopError> {
     validate(name, webhook_url)?;
     let origins = validate_origins(origins)?;
-    let secret_key = new_secret("sk_");
+    let secret_key = new_secret(key_prefix(false));
     let (shop_id, account_id, name) = (shop_id.to_owned(), account_id.to_owned(), name.to_owned());
     let webhook_url = webhook_url.map(str::to_owned);
     let hash = token_hash(&secret_key);
     let (shop_id, signing_secret) = store
         .write(move |tx| {
             Box::pin(async move {
-                if let Some(shop) = tx.shop(&shop_id).await? {
+                if let Some(shop) = tx.shop(&shop_id, false).await? {
                     tx.set_token_hash(&shop.account_id, &hash).await?;
                     // Its endpoint and origins follow the settings, start after start.
-                    tx.set_webhook_url(&shop_id, webhook_url.as_deref()).await?;
+                    tx.set_webhook_url(&shop_id, false, webhook_url.as_deref())
+                        .await?;
                     tx.set_origins(&shop_id, &origins).await?;
                     return Ok((shop_id, shop.signing_secret));
                 }
                 let now = clock::now_ms();
-                let shop = ShopRow {
+                let test = ShopRow {
                     shop_id: shop_id.clone(),
                     account_id,
                     name,
                     webhook_url,
                     signing_secret: new_signing_secret(),
                     origins,
+                    livemode: false,
                 };
-                tx.insert_account(
-                    &shop.account_id,
-                    &hash,
-                    AccountKind::Shop,
-                    DEFAULT_CURRENCY,
-                    0,
-                    now,
-                )
-                .await?;
-                tx.insert_shop(&shop, now).await?;
-                Ok((shop_id, shop.signing_secret))
+                let live = ShopRow {
+                    account_id: ids::new_id("acc_"),
+                    webhook_url: None,
+                    signing_secret: new_signing_secret(),
+                    livemode: true,
+                    ..test.clone()
+                };
+                for (row, hash) in [
+                    (&test, hash.clone()),
+                    (&live, format!("no key yet: {}", live.account_id)),
+                ] {
+                    tx.insert_account(
+                        &row.account_id,
+                        &hash,
+                        AccountKind::Shop,
+                        row.livemode,
+                        DEFAULT_CURRENCY,
+                        0,
+                        now,
+                    )
+                    .await?;
+                    tx.insert_shop(row, now).await?;
+                }
+                Ok((shop_id, test.signing_secret))
             })
         })
         .await?;
-    Ok(NewShop {
+    Ok(ShopCredentials {
         shop_id,
         secret_key,
         signing_secret,

@@ -1,46 +1,79 @@
-//! Accounts (a shopper's wallet, a shop's merchant account, the system's) and shops: who holds a
-//! credential (stored only as its hash), a balance, and for a shop its name, webhook URL and
-//! signing secret.
+//! Accounts (a shopper's wallet, a shop's merchant account in each mode, the funding account,
+//! the system's) and shops: who holds a credential (stored only as its hash), a balance, a mode
+//! (test or live money), for a shop its name, webhook URL and signing secret per mode, and for a
+//! live shopper the e-mail, the password's Argon2id hash and the sign-ins.
 
 use super::row::{Arg, Row, RowError};
 use super::{Store, StoreError, Tx};
 
-pub const ACCOUNT_BY_TOKEN_HASH: &str =
-    "SELECT account_id, currency, kind FROM accounts WHERE token_hash = $1";
+/// The account holding a token or secret key, or a live shopper's unrevoked sign-in (whose age
+/// and idle time the caller judges against the settings).
+pub const ACCOUNT_BY_TOKEN_HASH: &str = "\
+    SELECT account_id, currency, kind, livemode, NULL AS signed_in_at, NULL AS last_used_at \
+      FROM accounts WHERE token_hash = $1 \
+    UNION ALL \
+    SELECT a.account_id, a.currency, a.kind, a.livemode, t.created_at AS signed_in_at, \
+           t.last_used_at \
+      FROM sign_ins t JOIN accounts a ON a.account_id = t.account_id \
+     WHERE t.token_hash = $1 AND t.revoked_at IS NULL";
+
+/// A live shopper by e-mail (lower-cased): the account and the password's hash.
+pub const SHOPPER_BY_EMAIL: &str = "\
+    SELECT s.account_id, s.password_hash FROM shoppers s WHERE s.email = $1";
+
+pub const INSERT_SHOPPER: &str = "\
+    INSERT INTO shoppers (account_id, email, password_hash, created_at) VALUES ($1, $2, $3, $4) \
+    ON CONFLICT (email) DO NOTHING RETURNING account_id";
+
+pub const INSERT_SIGN_IN: &str = "\
+    INSERT INTO sign_ins (token_hash, account_id, created_at, last_used_at) VALUES ($1, $2, $3, $3)";
+
+/// A sign-in used again: its idle time starts over (written at most once a minute per token).
+pub const TOUCH_SIGN_IN: &str = "\
+    UPDATE sign_ins SET last_used_at = $2 WHERE token_hash = $1 AND revoked_at IS NULL";
+
+/// «Выйти»: the token stops working at once, on every instance (they read it each time).
+pub const REVOKE_SIGN_IN: &str = "\
+    UPDATE sign_ins SET revoked_at = $2 WHERE token_hash = $1 AND revoked_at IS NULL";
+
+/// The one funding account of live money (made by the migration's first deposit if missing).
+pub const FUNDING_ACCOUNT: &str = "acc_live_funding";
 
 /// An account's balance: its row plus the credits not folded into it yet.
 pub const ACCOUNT: &str = "\
-    SELECT a.account_id, a.currency, a.kind, \
+    SELECT a.account_id, a.currency, a.kind, a.livemode, \
+           (SELECT s.email FROM shoppers s WHERE s.account_id = a.account_id) AS email, \
            CAST(a.balance + COALESCE((SELECT SUM(u.amount) FROM unfolded_credits u \
                                        WHERE u.account_id = a.account_id), 0) AS BIGINT) AS balance \
       FROM accounts a WHERE a.account_id = $1";
 
 pub const INSERT_ACCOUNT: &str = "\
-    INSERT INTO accounts (account_id, token_hash, currency, balance, created_at, kind) \
-    VALUES ($1, $2, $3, $4, $5, $6)";
+    INSERT INTO accounts (account_id, token_hash, currency, balance, created_at, kind, livemode) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 /// A new secret key for an account (the demo shop gets one at every start).
 pub const SET_TOKEN_HASH: &str = "UPDATE accounts SET token_hash = $2 WHERE account_id = $1";
 
 pub const INSERT_SHOP: &str = "\
-    INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at, origins) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at, origins, \
+                       livemode) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
 
+/// A shop in one mode ($2: 0 test, 1 live).
 pub const SHOP: &str = "\
-    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins FROM shops \
-     WHERE shop_id = $1";
+    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins, livemode FROM shops \
+     WHERE shop_id = $1 AND livemode = $2";
 
 pub const SHOP_OF_ACCOUNT: &str = "\
-    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins FROM shops \
+    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins, livemode FROM shops \
      WHERE account_id = $1";
 
-/// The origins whose pages may frame a shop's payment pages (a JSON array).
-pub const SET_SHOP_ORIGINS: &str =
-    "UPDATE shops SET origins = $2 WHERE shop_id = $1 RETURNING account_id";
+/// The origins whose pages may frame a shop's payment pages (a JSON array), both modes alike.
+pub const SET_SHOP_ORIGINS: &str = "UPDATE shops SET origins = $2 WHERE shop_id = $1";
 
-/// A shop's webhook URL, set or cleared by its operator.
-pub const SET_SHOP_WEBHOOK_URL: &str =
-    "UPDATE shops SET webhook_url = $2 WHERE shop_id = $1 RETURNING account_id";
+/// A shop's webhook URL in one mode, set or cleared by its operator.
+pub const SET_SHOP_WEBHOOK_URL: &str = "\
+    UPDATE shops SET webhook_url = $2 WHERE shop_id = $1 AND livemode = $3 RETURNING account_id";
 
 /// Who an account belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +81,8 @@ pub enum AccountKind {
     Shopper,
     Shop,
     System,
+    /// Where live money comes from: minus what the operator deposited.
+    Funding,
 }
 
 impl AccountKind {
@@ -56,6 +91,7 @@ impl AccountKind {
             AccountKind::Shopper => "shopper",
             AccountKind::Shop => "shop",
             AccountKind::System => "system",
+            AccountKind::Funding => "funding",
         }
     }
 
@@ -64,6 +100,7 @@ impl AccountKind {
             "shopper" => Ok(AccountKind::Shopper),
             "shop" => Ok(AccountKind::Shop),
             "system" => Ok(AccountKind::System),
+            "funding" => Ok(AccountKind::Funding),
             other => Err(format!("unknown account kind {other}").into()),
         }
     }
@@ -76,6 +113,9 @@ pub struct AccountRow {
     /// With the credits not folded into it yet.
     pub balance: i64,
     pub currency: String,
+    pub livemode: bool,
+    /// A live shopper's.
+    pub email: Option<String>,
 }
 
 impl AccountRow {
@@ -85,8 +125,21 @@ impl AccountRow {
             kind: AccountKind::parse(&row.text("kind")?)?,
             balance: row.int("balance")?,
             currency: row.text("currency")?,
+            livemode: row.int("livemode")? == 1,
+            email: row.opt_text("email")?,
         })
     }
+}
+
+/// Who holds a token: the account, and for a live shopper's sign-in when it was made and last
+/// used (the caller applies the settings' limits).
+#[derive(Clone, Debug)]
+pub struct TokenHolder {
+    pub account_id: String,
+    pub currency: String,
+    pub kind: AccountKind,
+    pub livemode: bool,
+    pub sign_in: Option<(i64, i64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -98,6 +151,8 @@ pub struct ShopRow {
     pub signing_secret: String,
     /// The origins (`https://shop.example`) whose pages may frame its payment pages.
     pub origins: Vec<String>,
+    /// This row's mode: the shop's test or live account.
+    pub livemode: bool,
 }
 
 impl ShopRow {
@@ -109,27 +164,93 @@ impl ShopRow {
             webhook_url: row.opt_text("webhook_url")?,
             signing_secret: row.text("signing_secret")?,
             origins: serde_json::from_str(&row.text("origins")?)?,
+            livemode: row.int("livemode")? == 1,
         })
     }
 }
 
 impl Store {
-    /// `(account_id, currency)` of the account holding this token hash.
-    /// `(account_id, currency, kind)` of the account holding this token or secret key hash.
+    /// Who holds this token or secret key (by its hash).
     pub async fn account_by_token_hash(
         &self,
         token_hash: &str,
-    ) -> Result<Option<(String, String, AccountKind)>, StoreError> {
+    ) -> Result<Option<TokenHolder>, StoreError> {
         let rows = self
             .read(ACCOUNT_BY_TOKEN_HASH, &[Arg::Text(token_hash)], |row| {
-                Ok((
-                    row.text("account_id")?,
-                    row.text("currency")?,
-                    AccountKind::parse(&row.text("kind")?)?,
-                ))
+                let sign_in = match row.opt_int("signed_in_at")? {
+                    Some(at) => Some((at, row.int("last_used_at")?)),
+                    None => None,
+                };
+                Ok(TokenHolder {
+                    account_id: row.text("account_id")?,
+                    currency: row.text("currency")?,
+                    kind: AccountKind::parse(&row.text("kind")?)?,
+                    livemode: row.int("livemode")? == 1,
+                    sign_in,
+                })
             })
             .await?;
         Ok(rows.into_iter().next())
+    }
+
+    /// A live shopper's account id and password hash, by e-mail.
+    pub async fn shopper_by_email(
+        &self,
+        email: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        let rows = self
+            .read(SHOPPER_BY_EMAIL, &[Arg::Text(email)], |row| {
+                Ok((row.text("account_id")?, row.text("password_hash")?))
+            })
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// A new sign-in of a live shopper (the token's hash).
+    pub async fn insert_sign_in(
+        &self,
+        token_hash: &str,
+        account_id: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (hash, account) = (token_hash.to_owned(), account_id.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    INSERT_SIGN_IN,
+                    &[Arg::Text(&hash), Arg::Text(&account), Arg::Int(now_ms)],
+                )
+                .await
+                .map(|_| ())
+            })
+        })
+        .await
+    }
+
+    /// Marks a sign-in used now (`false`: it is revoked).
+    pub async fn touch_sign_in(&self, token_hash: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let hash = token_hash.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(TOUCH_SIGN_IN, &[Arg::Text(&hash), Arg::Int(now_ms)])
+                    .await
+                    .map(|n| n == 1)
+            })
+        })
+        .await
+    }
+
+    /// Revokes a sign-in (`false`: there was none, or it was revoked already).
+    pub async fn revoke_sign_in(&self, token_hash: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let hash = token_hash.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(REVOKE_SIGN_IN, &[Arg::Text(&hash), Arg::Int(now_ms)])
+                    .await
+                    .map(|n| n == 1)
+            })
+        })
+        .await
     }
 
     pub async fn account(&self, account_id: &str) -> Result<Option<AccountRow>, StoreError> {
@@ -139,9 +260,13 @@ impl Store {
         Ok(rows.into_iter().next())
     }
 
-    pub async fn shop(&self, shop_id: &str) -> Result<Option<ShopRow>, StoreError> {
+    pub async fn shop(&self, shop_id: &str, livemode: bool) -> Result<Option<ShopRow>, StoreError> {
         let rows = self
-            .read(SHOP, &[Arg::Text(shop_id)], ShopRow::read)
+            .read(
+                SHOP,
+                &[Arg::Text(shop_id), Arg::Int(livemode.into())],
+                ShopRow::read,
+            )
             .await?;
         Ok(rows.into_iter().next())
     }
@@ -165,16 +290,20 @@ impl Store {
             .await
     }
 
-    /// Sets (or clears) a shop's webhook URL, in a transaction of its own (see
+    /// Sets (or clears) a shop's webhook URL in one mode, in a transaction of its own (see
     /// [`Tx::set_webhook_url`]).
     pub async fn set_shop_webhook_url(
         &self,
         shop_id: &str,
+        livemode: bool,
         webhook_url: Option<&str>,
     ) -> Result<bool, StoreError> {
         let (shop_id, webhook_url) = (shop_id.to_owned(), webhook_url.map(str::to_owned));
         self.write(move |tx| {
-            Box::pin(async move { tx.set_webhook_url(&shop_id, webhook_url.as_deref()).await })
+            Box::pin(async move {
+                tx.set_webhook_url(&shop_id, livemode, webhook_url.as_deref())
+                    .await
+            })
         })
         .await
     }
@@ -186,6 +315,7 @@ impl Tx {
         account_id: &str,
         token_hash: &str,
         kind: AccountKind,
+        livemode: bool,
         currency: &str,
         balance: i64,
         now_ms: i64,
@@ -199,6 +329,7 @@ impl Tx {
                 Arg::Int(balance),
                 Arg::Int(now_ms),
                 Arg::Text(kind.as_str()),
+                Arg::Int(livemode.into()),
             ],
         )
         .await
@@ -230,29 +361,66 @@ impl Tx {
                 Arg::Text(&shop.signing_secret),
                 Arg::Int(now_ms),
                 Arg::Text(&origins),
+                Arg::Int(shop.livemode.into()),
             ],
         )
         .await
         .map(|_| ())
     }
 
-    pub async fn shop(&mut self, shop_id: &str) -> Result<Option<ShopRow>, StoreError> {
-        self.fetch_optional(SHOP, &[Arg::Text(shop_id)], ShopRow::read)
-            .await
+    pub async fn shop(
+        &mut self,
+        shop_id: &str,
+        livemode: bool,
+    ) -> Result<Option<ShopRow>, StoreError> {
+        self.fetch_optional(
+            SHOP,
+            &[Arg::Text(shop_id), Arg::Int(livemode.into())],
+            ShopRow::read,
+        )
+        .await
     }
 
-    /// Sets (or clears) a shop's webhook URL; its undelivered events follow: to the new
-    /// endpoint at once, on a fresh schedule, or kept as `no_endpoint`. `false` if there is no
-    /// such shop.
+    /// A new live shopper (its account made already); `false` if the e-mail has one.
+    pub async fn insert_shopper(
+        &mut self,
+        account_id: &str,
+        email: &str,
+        password_hash: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let inserted = self
+            .fetch_optional(
+                INSERT_SHOPPER,
+                &[
+                    Arg::Text(account_id),
+                    Arg::Text(email),
+                    Arg::Text(password_hash),
+                    Arg::Int(now_ms),
+                ],
+                |row| row.text("account_id"),
+            )
+            .await?;
+        Ok(inserted.is_some())
+    }
+
+    /// Sets (or clears) a shop's webhook URL in one mode; that mode's undelivered events follow:
+    /// to the new endpoint at once, on a fresh schedule, or kept as `no_endpoint`. `false` if
+    /// there is no such shop.
     pub async fn set_webhook_url(
         &mut self,
         shop_id: &str,
+        livemode: bool,
         webhook_url: Option<&str>,
     ) -> Result<bool, StoreError> {
         let Some(account_id) = self
             .fetch_optional(
                 SET_SHOP_WEBHOOK_URL,
-                &[Arg::Text(shop_id), Arg::OptText(webhook_url)],
+                &[
+                    Arg::Text(shop_id),
+                    Arg::OptText(webhook_url),
+                    Arg::Int(livemode.into()),
+                ],
                 |row| row.text("account_id"),
             )
             .await?
@@ -277,12 +445,8 @@ impl Tx {
     ) -> Result<bool, StoreError> {
         let origins = serde_json::to_string(origins).expect("origins serialize");
         let set = self
-            .fetch_optional(
-                SET_SHOP_ORIGINS,
-                &[Arg::Text(shop_id), Arg::Text(&origins)],
-                |row| row.text("account_id"),
-            )
+            .execute(SET_SHOP_ORIGINS, &[Arg::Text(shop_id), Arg::Text(&origins)])
             .await?;
-        Ok(set.is_some())
+        Ok(set > 0)
     }
 }

@@ -9,6 +9,7 @@
 //! differently: SQLite's one writer thread with group commit and its readers, PostgreSQL's pool.
 
 pub mod accounts;
+pub mod deposits;
 pub mod events;
 pub mod keys;
 pub mod payments;
@@ -25,7 +26,8 @@ use std::time::Duration;
 use checkout_idempotency::{Classify, Failure, Finish, Work};
 use sqlx::{Postgres, Transaction};
 
-pub use accounts::{AccountKind, AccountRow, ShopRow};
+pub use accounts::{AccountKind, AccountRow, ShopRow, TokenHolder};
+pub use deposits::NewDeposit;
 pub use events::{EventRow, EventSettled, NewEvent, OutboxBacklog};
 pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, PaymentRow, RefundRow, Refunded,

@@ -43,14 +43,16 @@ pub const POSTGRES_FOLD_CREDITS: &str = "\
 /// Inserts nothing when the session was paid meanwhile; the unique index decides.
 pub const INSERT_PAYMENT: &str = "\
     INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, shop_account_id, \
-                          order_id, amount, currency, balance_after, idempotency_key, created_at) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                          order_id, amount, currency, balance_after, idempotency_key, created_at, \
+                          livemode) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+            (SELECT livemode FROM checkout_sessions WHERE session_id = $2)) \
     ON CONFLICT (checkout_session_id) DO NOTHING";
 
 /// A payment as its shop sees it (refunds are the shop's).
 pub const PAYMENT_OF_SHOP: &str = "\
     SELECT payment_id, checkout_session_id, shopper_account_id, shop_account_id, order_id, \
-           amount, currency, balance_after, created_at, refunded \
+           amount, currency, balance_after, created_at, refunded, livemode \
       FROM payments WHERE payment_id = $1 AND shop_account_id = $2";
 
 /// The guarded refund: touches no row when it would refund more than remains (or the payment
@@ -73,7 +75,7 @@ pub const INSERT_REFUND: &str = "\
 /// `refunded_total_after` grows with every refund, so it orders them as they happened.
 pub const PAYMENT_WITH_REFUNDS: &str = "\
     SELECT p.payment_id, p.checkout_session_id, p.shopper_account_id, p.shop_account_id, \
-           p.order_id, p.amount, p.currency, p.balance_after, p.created_at, p.refunded, \
+           p.order_id, p.amount, p.currency, p.balance_after, p.created_at, p.refunded, p.livemode, \
            r.refund_id, r.amount AS refund_amount, r.refunded_total_after, \
            r.balance_after AS refund_balance_after, r.created_at AS refund_created_at \
       FROM payments p LEFT JOIN refunds r ON r.payment_id = p.payment_id \
@@ -85,6 +87,7 @@ pub enum EntryKind {
     Opening,
     Payment,
     Refund,
+    Deposit,
 }
 
 impl EntryKind {
@@ -93,6 +96,7 @@ impl EntryKind {
             EntryKind::Opening => "opening",
             EntryKind::Payment => "payment",
             EntryKind::Refund => "refund",
+            EntryKind::Deposit => "deposit",
         }
     }
 }
@@ -122,6 +126,7 @@ pub struct PaymentRow {
     pub balance_after: i64,
     pub created_at: i64,
     pub refunded: i64,
+    pub livemode: bool,
 }
 
 impl PaymentRow {
@@ -137,6 +142,7 @@ impl PaymentRow {
             balance_after: row.int("balance_after")?,
             created_at: row.int("created_at")?,
             refunded: row.int("refunded")?,
+            livemode: row.int("livemode")? == 1,
         })
     }
 }

@@ -7,8 +7,10 @@ use super::{Store, StoreError, Tx};
 /// Inserts nothing when the order has a session already; the unique index decides.
 pub const INSERT_SESSION: &str = "\
     INSERT INTO checkout_sessions (session_id, shop_account_id, order_id, amount, currency, \
-                                   description, items, status, expires_at, created_at, return_url) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'open', $8, $9, $10) \
+                                   description, items, status, expires_at, created_at, return_url, \
+                                   livemode) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'open', $8, $9, $10, \
+            (SELECT livemode FROM accounts WHERE account_id = $2)) \
     ON CONFLICT (shop_account_id, order_id) DO NOTHING RETURNING session_id";
 
 pub const SESSION_OF_ORDER: &str =
@@ -19,7 +21,7 @@ pub const SESSION_OF_ORDER: &str =
 pub const SESSION: &str = "\
     SELECT s.session_id, s.shop_account_id, s.order_id, s.amount, s.currency, s.description, \
            s.items, s.status, s.payment_id, s.expires_at, s.return_url, sh.name AS shop_name, \
-           sh.origins AS shop_origins \
+           sh.origins AS shop_origins, s.livemode \
       FROM checkout_sessions s JOIN shops sh ON sh.account_id = s.shop_account_id \
      WHERE s.session_id = $1";
 
@@ -29,7 +31,7 @@ pub const SESSION: &str = "\
 pub const TAKE_SESSION: &str = "\
     UPDATE checkout_sessions SET status = 'paid', payment_id = $2 \
      WHERE session_id = $1 AND status = 'open' AND expires_at > $3 \
-    RETURNING shop_account_id, order_id, amount, currency";
+    RETURNING shop_account_id, order_id, amount, currency, livemode";
 
 /// Undoes [`TAKE_SESSION`] inside the same transaction when the shopper cannot pay.
 pub const RELEASE_SESSION: &str = "\
@@ -47,7 +49,7 @@ pub static EXPIRE_SESSIONS: Template = Template::new(
                             WHERE status = 'open' AND expires_at < $1 \
                             ORDER BY expires_at LIMIT $2{skip_locked}) \
         AND status = 'open' AND expires_at < $1 \
-     RETURNING session_id, shop_account_id, order_id, amount, currency, expires_at",
+     RETURNING session_id, shop_account_id, order_id, amount, currency, expires_at, livemode",
 );
 
 #[derive(Clone, Debug)]
@@ -67,6 +69,7 @@ pub struct SessionRow {
     pub return_url: Option<String>,
     /// The origins whose pages may frame the payment page (its shop's).
     pub shop_origins: Vec<String>,
+    pub livemode: bool,
 }
 
 impl SessionRow {
@@ -85,6 +88,7 @@ impl SessionRow {
             expires_at: row.int("expires_at")?,
             return_url: row.opt_text("return_url")?,
             shop_origins: serde_json::from_str(&row.text("shop_origins")?)?,
+            livemode: row.int("livemode")? == 1,
         })
     }
 }
@@ -109,6 +113,8 @@ pub struct TakenSession {
     pub order_id: String,
     pub amount: i64,
     pub currency: String,
+    /// Test or live money: only a shopper of the same mode pays it.
+    pub livemode: bool,
 }
 
 /// A session that lapsed unpaid, as the shop hears of it.
@@ -120,6 +126,7 @@ pub struct ExpiredSession {
     pub amount: i64,
     pub currency: String,
     pub expires_at: i64,
+    pub livemode: bool,
 }
 
 impl Store {
@@ -194,6 +201,7 @@ impl Tx {
                     order_id: row.text("order_id")?,
                     amount: row.int("amount")?,
                     currency: row.text("currency")?,
+                    livemode: row.int("livemode")? == 1,
                 })
             },
         )
@@ -228,6 +236,7 @@ impl Tx {
                 amount: row.int("amount")?,
                 currency: row.text("currency")?,
                 expires_at: row.int("expires_at")?,
+                livemode: row.int("livemode")? == 1,
             })
         })
         .await

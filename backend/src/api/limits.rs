@@ -1,0 +1,140 @@
+//! Abuse limits, in memory per server instance (`governor`'s keyed GCRA limiters): sign-in and
+//! sign-up attempts per account (e-mail) and per client address, test-shopper creation per
+//! address, and how many keyed requests one principal may have executing at once. Refused with
+//! `429` + `Retry-After`. Behind N instances a client gets up to N times each allowance (each
+//! instance counts alone); the README says what to put in front for one shared count.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use crate::operations::error::ApiError;
+
+/// How many attempts each limit allows per window (also its burst: they come back evenly over
+/// the window), and the in-progress bound.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitSettings {
+    pub window: std::time::Duration,
+    pub sign_in_per_account: u32,
+    pub sign_in_per_address: u32,
+    pub test_shoppers_per_address: u32,
+    pub keys_in_progress: u32,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            window: std::time::Duration::from_secs(60),
+            sign_in_per_account: 5,
+            sign_in_per_address: 30,
+            test_shoppers_per_address: 20,
+            keys_in_progress: 16,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Limits {
+    sign_in_per_account: DefaultKeyedRateLimiter<String>,
+    sign_in_per_address: DefaultKeyedRateLimiter<IpAddr>,
+    test_shoppers_per_address: DefaultKeyedRateLimiter<IpAddr>,
+    keys_in_progress: u32,
+    in_progress: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+/// Keyed limiters keep a state per key seen; past this many they forget the idle ones.
+const FORGET_ABOVE: usize = 100_000;
+
+/// `n` per `window`: a burst of `n`, one more every `window / n`.
+fn per_window(n: u32, window: std::time::Duration) -> Quota {
+    let n = NonZeroU32::new(n.max(1)).expect("at least 1");
+    Quota::with_period(window / n.get())
+        .unwrap_or_else(|| Quota::per_second(n))
+        .allow_burst(n)
+}
+
+fn check<K>(limiter: &DefaultKeyedRateLimiter<K>, key: &K) -> Result<(), ApiError>
+where
+    K: std::hash::Hash + Eq + Clone,
+{
+    if limiter.len() > FORGET_ABOVE {
+        limiter.retain_recent();
+    }
+    limiter.check_key(key).map_err(|not_until| {
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        ApiError::TooManyRequests(wait.as_secs_f64().ceil() as u64)
+    })
+}
+
+impl Limits {
+    pub fn new(settings: LimitSettings) -> Limits {
+        Limits {
+            sign_in_per_account: RateLimiter::keyed(per_window(
+                settings.sign_in_per_account,
+                settings.window,
+            )),
+            sign_in_per_address: RateLimiter::keyed(per_window(
+                settings.sign_in_per_address,
+                settings.window,
+            )),
+            test_shoppers_per_address: RateLimiter::keyed(per_window(
+                settings.test_shoppers_per_address,
+                settings.window,
+            )),
+            keys_in_progress: settings.keys_in_progress.max(1),
+            in_progress: Arc::default(),
+        }
+    }
+
+    /// A sign-in or sign-up attempt at `email` from `address`: both allowances must have room.
+    pub fn sign_in(&self, address: IpAddr, email: &str) -> Result<(), ApiError> {
+        check(&self.sign_in_per_address, &address)?;
+        check(&self.sign_in_per_account, &email.trim().to_lowercase())
+    }
+
+    pub fn test_shopper(&self, address: IpAddr) -> Result<(), ApiError> {
+        check(&self.test_shoppers_per_address, &address)
+    }
+
+    /// A keyed request of `principal` starts; it counts until the guard is dropped.
+    pub fn key_in_progress(&self, principal: &str) -> Result<InProgress, ApiError> {
+        let mut counts = self.in_progress.lock().unwrap_or_else(|e| e.into_inner());
+        let count = counts.entry(principal.to_owned()).or_insert(0);
+        if *count >= self.keys_in_progress {
+            return Err(ApiError::TooManyRequests(1));
+        }
+        *count += 1;
+        Ok(InProgress {
+            counts: self.in_progress.clone(),
+            principal: principal.to_owned(),
+        })
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::new(LimitSettings::default())
+    }
+}
+
+/// One keyed request executing; dropping it (answered, failed or cancelled) frees its place.
+pub struct InProgress {
+    counts: Arc<Mutex<HashMap<String, u32>>>,
+    principal: String,
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = counts.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.principal);
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! Test money and live money, and the three principals: a shop (a secret key per mode), a test
+//! shopper (anyone; test money; test sessions only) and a live shopper (signs up and in; money
+//! only from the operator's keyed deposit; live sessions only). Real server, both databases;
+//! each scenario ends with the invariants, money conserved per mode.
+
+use checkout_testkit as support;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{Api, Backend, OPENING_BALANCE, Server, TestDb, new_key, pay_session};
+
+checkout_testkit::on_both_databases!(
+    a_live_shopper_signs_up_is_funded_once_and_pays_a_live_session,
+    test_and_live_money_never_mix,
+    sign_in_guessing_is_throttled_and_the_wait_is_honoured,
+    test_shoppers_are_limited_per_address,
+    a_principal_holds_a_bounded_number_of_keys_in_progress,
+);
+
+const PASSWORD: &str = "correct horse battery";
+
+fn events_of(answer: &support::Answer) -> Vec<Value> {
+    answer.json()["events"].as_array().unwrap().clone()
+}
+
+async fn a_live_shopper_signs_up_is_funded_once_and_pays_a_live_session(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Живая лавка").await;
+    let live = server.api().live_shopper("Anna@Example.ru", PASSWORD).await;
+    let account = live.get("/api/account").await;
+    assert_eq!(account.status, StatusCode::OK);
+    assert_eq!(account.json()["balance"], 0);
+    assert_eq!(account.json()["livemode"], true);
+    assert_eq!(account.json()["email"], "anna@example.ru");
+
+    // The operator funds it: the same key twice is one deposit; another amount under it is
+    // refused; an unknown e-mail is refused.
+    let key = new_key();
+    let (ok, first) = server.deposit("anna@example.ru", 150_000, &key).await;
+    assert!(ok, "{first}");
+    assert_eq!(first["balance"], 150_000);
+    assert_eq!(first["replayed"], false);
+    let (ok, again) = server.deposit("ANNA@example.ru ", 150_000, &key).await;
+    assert!(ok, "{again}");
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["deposit_id"], first["deposit_id"]);
+    let (ok, other) = server.deposit("anna@example.ru", 999, &key).await;
+    assert!(!ok, "another amount under the key: {other}");
+    assert!(other.as_str().unwrap().contains("amount"), "{other}");
+    let (ok, nobody) = server.deposit("nobody@example.ru", 100, &new_key()).await;
+    assert!(!ok && nobody.as_str().unwrap().contains("no live shopper"), "{nobody}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM deposits").await, 1);
+    let (ok, shown, err) = server
+        .operator(&["shopper", "show", "--email", "anna@example.ru"])
+        .await;
+    assert!(ok, "{err}");
+    let shown: Value = serde_json::from_str(shown.trim()).unwrap();
+    assert_eq!(shown["balance"], 150_000);
+    assert_eq!(shown["livemode"], true);
+
+    // A sign-in elsewhere; it pays a live session: one debit, the shop credited, live events.
+    let signed_in = server.api().sign_in("anna@example.ru", PASSWORD).await;
+    assert_eq!(signed_in.status, StatusCode::OK, "{}", signed_in.body);
+    let live = Api {
+        token: Some(signed_in.json()["token"].as_str().unwrap().to_owned()),
+        ..server.api()
+    };
+    let made = shop
+        .live_api
+        .send(shop.live_api.post(
+            "/api/checkout-sessions",
+            Some(&new_key()),
+            &json!({"order_id": "LIVE-1", "amount": 40_000}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    assert_eq!(made.json()["livemode"], true);
+    let session = made.json()["session_id"].as_str().unwrap().to_owned();
+    let key = new_key();
+    let paid = live.pay(&key, &pay_session(&session)).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
+    assert_eq!(paid.json()["livemode"], true);
+    assert_eq!(paid.json()["balance"], 110_000);
+    assert!(live.pay(&key, &pay_session(&session)).await.replayed());
+    let shop_account = shop.live_api.get("/api/account").await;
+    assert_eq!(shop_account.json()["balance"], 40_000);
+    assert_eq!(shop_account.json()["livemode"], true);
+    let events = shop.live_api.get("/api/events").await;
+    let events = events_of(&events);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["body"]["type"], "payment.succeeded");
+    assert_eq!(events[0]["body"]["livemode"], true);
+    assert_eq!(events[0]["body"]["data"]["livemode"], true);
+
+    // «Выйти»: that token stops working at once; the other sign-in does not.
+    let out = live
+        .send(live.post("/api/shoppers/sign-out", None, &json!({})))
+        .await
+        .unwrap();
+    assert_eq!(out.status, StatusCode::NO_CONTENT, "{}", out.body);
+    let after = live.get("/api/account").await;
+    after.assert_problem(401, "unauthorized");
+    db.assert_invariants().await;
+}
+
+async fn test_and_live_money_never_mix(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка двух режимов").await;
+    let tester = server.api().shopper().await;
+    let live = server.api().live_shopper("boris@example.ru", PASSWORD).await;
+    let (ok, deposit) = server.deposit("boris@example.ru", 50_000, &new_key()).await;
+    assert!(ok, "{deposit}");
+    let test_session = shop.session("ORD-TEST", 10_000).await;
+    let live_session = {
+        let made = shop
+            .live_api
+            .send(shop.live_api.post(
+                "/api/checkout-sessions",
+                Some(&new_key()),
+                &json!({"order_id": "ORD-LIVE", "amount": 20_000}),
+            ))
+            .await
+            .unwrap();
+        made.json()["session_id"].as_str().unwrap().to_owned()
+    };
+    let public = tester.get(&format!("/api/checkout-sessions/{test_session}")).await;
+    assert_eq!(public.json()["livemode"], false);
+
+    // Across modes: a clear 403, nothing stored under the key, no money moved, still open.
+    for (payer, session) in [(&tester, &live_session), (&live, &test_session)] {
+        let key = new_key();
+        let refused = payer.pay(&key, &pay_session(session)).await;
+        refused.assert_problem(403, "livemode_mismatch");
+        let status = payer.get(&format!("/api/idempotency-keys/{key}")).await;
+        assert_eq!(status.status, StatusCode::NOT_FOUND, "nothing kept under the key");
+        let view = payer.get(&format!("/api/checkout-sessions/{session}")).await;
+        assert_eq!(view.json()["status"], "open");
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, 0);
+    let balance = |api: &Api| {
+        let api = api.clone();
+        async move { api.get("/api/account").await.json()["balance"].clone() }
+    };
+    assert_eq!(balance(&tester).await, OPENING_BALANCE);
+    assert_eq!(balance(&live).await, 50_000);
+
+    // Each pays its own mode's session; the shop refunds the live one in part.
+    let paid_test = tester.pay(&new_key(), &pay_session(&test_session)).await;
+    assert_eq!(paid_test.status, StatusCode::CREATED, "{}", paid_test.body);
+    let paid_live = live.pay(&new_key(), &pay_session(&live_session)).await;
+    assert_eq!(paid_live.status, StatusCode::CREATED, "{}", paid_live.body);
+    let live_payment = paid_live.json()["payment_id"].as_str().unwrap().to_owned();
+    // The test key cannot see or refund the live payment.
+    let foreign = shop
+        .api
+        .send(shop.api.post(
+            &format!("/api/payments/{live_payment}/refunds"),
+            Some(&new_key()),
+            &json!({"amount": 1_000}),
+        ))
+        .await
+        .unwrap();
+    foreign.assert_problem(404, "not_found");
+    let refund = shop
+        .live_api
+        .send(shop.live_api.post(
+            &format!("/api/payments/{live_payment}/refunds"),
+            Some(&new_key()),
+            &json!({"amount": 5_000}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(refund.status, StatusCode::CREATED, "{}", refund.body);
+    assert_eq!(refund.json()["livemode"], true);
+
+    // Events never cross: each key lists its own mode's, each says so.
+    let test_events = events_of(&shop.api.get("/api/events").await);
+    let live_events = events_of(
+        &shop.live_api.get("/api/events").await,
+    );
+    let types = |events: &[Value]| {
+        events
+            .iter()
+            .map(|e| {
+                (
+                    e["body"]["type"].as_str().unwrap().to_owned(),
+                    e["body"]["livemode"].as_bool().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        types(&test_events),
+        vec![("payment.succeeded".to_owned(), false)]
+    );
+    assert_eq!(
+        types(&live_events),
+        vec![
+            ("refund.succeeded".to_owned(), true),
+            ("payment.succeeded".to_owned(), true)
+        ]
+    );
+    let test_event = &test_events[0]["event_id"];
+    let cross = shop.live_api.get(&format!("/api/events/{}", test_event.as_str().unwrap())).await;
+    assert_eq!(cross.status, StatusCode::NOT_FOUND);
+    db.assert_invariants().await;
+}
+
+async fn sign_in_guessing_is_throttled_and_the_wait_is_honoured(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_SIGN_IN_PER_ACCOUNT", "3"),
+            ("CHECKOUT_LIMIT_WINDOW_SECS", "6"),
+        ],
+    )
+    .await;
+    let api = server.api();
+    api.live_shopper("vera@example.ru", PASSWORD).await; // the first of three attempts
+    // Four guesses at once: two fit the allowance (and are wrong), the others wait.
+    let guesses = join_all((0..4).map(|_| api.sign_in("vera@example.ru", "wrong password"))).await;
+    let mut throttled = None;
+    for guess in &guesses {
+        match guess.status.as_u16() {
+            401 => guess.assert_problem(401, "invalid_credentials"),
+            _ => {
+                guess.assert_problem(429, "too_many_requests");
+                throttled = Some(guess);
+            }
+        }
+    }
+    let refused = guesses.iter().filter(|g| g.status.as_u16() == 429).count();
+    assert!(refused >= 2, "{refused} of 4 guesses refused");
+    let wait: u64 = throttled
+        .expect("a refused guess")
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&wait), "Retry-After: {wait}");
+    // Another account is not held back by this one's guesses.
+    api.live_shopper("gleb@example.ru", PASSWORD).await;
+    // After the wait it says, the right password works.
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    let after = api.sign_in("vera@example.ru", PASSWORD).await;
+    assert_eq!(after.status, StatusCode::OK, "{}", after.body);
+    db.assert_invariants().await;
+}
+
+async fn test_shoppers_are_limited_per_address(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[("CHECKOUT_TEST_SHOPPERS_PER_ADDRESS", "2")],
+    )
+    .await;
+    let api = server.api();
+    for _ in 0..2 {
+        api.shopper().await;
+    }
+    let refused = api
+        .send(api.post("/api/test/shoppers", None, &json!({})))
+        .await
+        .unwrap();
+    refused.assert_problem(429, "too_many_requests");
+    assert!(refused.header("retry-after").is_some());
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM accounts WHERE kind = 'shopper'")
+            .await,
+        2
+    );
+    db.assert_invariants().await;
+}
+
+async fn a_principal_holds_a_bounded_number_of_keys_in_progress(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(SERVER, &db, &[("CHECKOUT_KEYS_IN_PROGRESS", "1")]).await;
+    let shopper = server.api().shopper().await;
+    let shop = server.add_shop("Лавка").await;
+    let mut sessions = Vec::new();
+    for n in 0..48 {
+        sessions.push(shop.session(&format!("ORD-{n}"), 100).await);
+    }
+    let answers = join_all(sessions.iter().map(|session| {
+        let shopper = shopper.clone();
+        async move { shopper.pay(&new_key(), &pay_session(session)).await }
+    }))
+    .await;
+    let paid = answers
+        .iter()
+        .filter(|a| a.status == StatusCode::CREATED)
+        .count() as i64;
+    let mut refused = 0;
+    for answer in &answers {
+        if answer.status == StatusCode::TOO_MANY_REQUESTS {
+            answer.assert_problem(429, "too_many_requests");
+            assert_eq!(answer.header("retry-after").as_deref(), Some("1"));
+            refused += 1;
+        } else {
+            assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+        }
+    }
+    assert!(refused > 0 && paid > 0, "{paid} paid, {refused} refused");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, paid);
+    let balance = shopper.get("/api/account").await;
+    assert_eq!(balance.json()["balance"], OPENING_BALANCE - 100 * paid);
+    db.assert_invariants().await;
+}
+
+/// A wrong password and an unknown e-mail cost the same: medians of 50 tries each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_email_takes_as_long_as_a_wrong_password() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    api.live_shopper("dina@example.ru", PASSWORD).await;
+    let mut wrong = Vec::new();
+    let mut unknown = Vec::new();
+    for n in 0..50 {
+        // Interleaved, so that the machine's noise falls on both alike.
+        for (email, times) in [
+            ("dina@example.ru".to_owned(), &mut wrong),
+            (format!("nobody{n}@example.ru"), &mut unknown),
+        ] {
+            let started = Instant::now();
+            api.sign_in(&email, "not the password")
+                .await
+                .assert_problem(401, "invalid_credentials");
+            times.push(started.elapsed());
+        }
+    }
+    let median = |times: &mut Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let (wrong, unknown) = (median(&mut wrong), median(&mut unknown));
+    let ratio = unknown.as_secs_f64() / wrong.as_secs_f64();
+    eprintln!("median wrong password {wrong:?}, unknown e-mail {unknown:?}: {ratio:.2}");
+    assert!(
+        (0.5..2.0).contains(&ratio),
+        "wrong password {wrong:?}, unknown e-mail {unknown:?}"
+    );
+}
