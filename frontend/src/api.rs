@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use checkout_shared::{
-    Account, CheckoutSession, ErrorCode, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER,
+    Account, CheckoutSession, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER,
     KeyState, Payment, PaymentDetails, PaymentStatus, Refund, ShopperToken,
 };
 use futures::future::{Either, select};
@@ -36,44 +36,6 @@ pub async fn test_shopper() -> Result<ShopperToken, Failure> {
     fetch_json(Call::new("POST", "/api/test/shoppers".into())).await
 }
 
-/// A live shopper signs in (or, `new_account`, signs up): the token, or why not (the problem's
-/// code; `Unknown` when no answer came).
-pub async fn sign_in(
-    new_account: bool,
-    email: &str,
-    password: &str,
-) -> Result<ShopperToken, ErrorCode> {
-    let path = if new_account {
-        "/api/shoppers"
-    } else {
-        "/api/shoppers/sign-in"
-    };
-    let body = json::to_string(&checkout_shared::ShopperCredentials {
-        email: email.to_owned(),
-        password: password.to_owned(),
-    })
-    .unwrap_or_default();
-    let call = Call::new("POST", path.into()).body(body);
-    let response = call.send().await.map_err(|_| ErrorCode::ServiceUnavailable)?;
-    let answer = text(&response).await.map_err(|_| ErrorCode::ServiceUnavailable)?;
-    if response.ok() {
-        return json::from_str(&answer).ok_or(ErrorCode::Unknown);
-    }
-    #[derive(serde::Deserialize)]
-    struct Refused {
-        code: ErrorCode,
-    }
-    Err(json::from_str::<Refused>(&answer).map_or(ErrorCode::Unknown, |r| r.code))
-}
-
-/// «Выйти»: the server forgets this sign-in.
-pub async fn sign_out(token: &str) {
-    let _ = Call::new("POST", "/api/shoppers/sign-out".into())
-        .token(token)
-        .send()
-        .await;
-}
-
 /// A checkout session's public view: what the shop asks to be paid.
 pub async fn checkout_session(session_id: &str) -> Result<CheckoutSession, Failure> {
     let path = format!(
@@ -100,7 +62,8 @@ pub async fn payment(token: &str, payment_id: &str) -> Result<PaymentDetails, Fa
             status: wire.status,
             balance: wire.balance,
             created_at: wire.created_at,
-            livemode: wire.livemode,
+            // The widget knows the mode from the session; the wire's is not read.
+            livemode: false,
         },
         refunded_total: wire.refunded_total,
         refunds: wire.refunds,
@@ -121,8 +84,6 @@ struct PaymentDetailsWire {
     #[serde(default)]
     balance: Option<i64>,
     created_at: String,
-    #[serde(default)]
-    livemode: bool,
     refunded_total: i64,
     refunds: Vec<Refund>,
 }

@@ -78,9 +78,11 @@ fn random_bytes<const N: usize>() -> [u8; N] {
     let crypto = web_sys::window()
         .and_then(|w| w.crypto().ok())
         .expect("Web Crypto is available");
-    crypto
-        .get_random_values_with_u8_array(&mut bytes)
-        .expect("random bytes");
+    // Not `expect`: it would print the error with `Debug`, which links a formatter of any
+    // JavaScript value into the widget (about 1 KB compressed, for a message no one reads).
+    if crypto.get_random_values_with_u8_array(&mut bytes).is_err() {
+        panic!("no random bytes");
+    }
     bytes
 }
 
@@ -103,10 +105,6 @@ struct Widget {
     channel: StoredValue<Option<tabs::Channel>, LocalStorage>,
     checkout: RwSignal<Checkout>,
     session: RwSignal<Option<ShopperToken>>,
-    /// The session's mode, once known: live money (a signed-in shopper pays) or test money.
-    livemode: RwSignal<Option<bool>>,
-    /// A live session and no live shopper signed in on this tab: the form «Войти» shows.
-    sign_in_needed: RwSignal<bool>,
     balance: RwSignal<Option<i64>>,
     session_error: RwSignal<Option<String>>,
     /// An intent of this kind is being worked on in another tab: this one waits.
@@ -233,26 +231,28 @@ impl Widget {
         }
     }
 
-    fn is_live(self) -> bool {
-        self.livemode.get_untracked() == Some(true)
+    fn livemode_untracked(self) -> Option<bool> {
+        self.checkout.with_untracked(|c| {
+            c.payment
+                .request
+                .is_fetched()
+                .then_some(c.payment.request.livemode)
+        })
     }
 
+
     /// A new test shopper when the server no longer knows this one; the shopper is told. A live
-    /// shopper whose sign-in ended signs in again.
+    /// shopper's sign-in that ended is forgotten here (`shopper`): the intent says the session
+    /// is lost, and the page, started again, asks to sign in.
     async fn renew_session(self) -> bool {
-        match shopper::shopper(self.token().as_deref(), self.is_live()).await {
+        let live = self.livemode_untracked() == Some(true);
+        match shopper::shopper(self.token().as_deref(), live).await {
             Ok(session) => {
                 self.session.set(Some(session));
                 change(self, |c| c.notice = Some(messages::SESSION_RENEWED.into()));
                 true
             }
-            Err(_) => {
-                if self.is_live() {
-                    self.session.set(None);
-                    self.sign_in_needed.set(true);
-                }
-                false
-            }
+            Err(_) => false,
         }
     }
 
@@ -269,17 +269,6 @@ impl Widget {
         }
         self.advance::<PaymentKind>(false);
         self.refresh_balance().await;
-    }
-
-    /// «Выйти»: the server forgets the sign-in, and so does this tab.
-    async fn sign_out(self) {
-        if let Some(token) = self.token() {
-            api::sign_out(&token).await;
-        }
-        storage::remove(storage::LIVE);
-        self.session.set(None);
-        self.balance.set(None);
-        self.sign_in_needed.set(true);
     }
 
     /// Works on one intent until there is nothing more to do for it now: sends it, looks its
@@ -519,8 +508,8 @@ impl Widget {
 impl Widget {
     /// What the session says (the shop's order, its amount, paid or lapsed).
     fn take_session(self, session: &CheckoutSession) {
-        self.livemode.set(Some(session.livemode));
         change(self, |c| {
+            c.payment.request.livemode = session.livemode;
             if c.wants_session() {
                 c.adopt_session(session);
             }
@@ -553,13 +542,17 @@ fn App(mode: Mode) -> impl IntoView {
     }
     let initial = restored.checkout;
     let channel_name = state_key.clone();
+    let in_page = session_in_page(&mode.session_id);
+    // The mode, from the session the page carries (unknown only if it had none: then test);
+    // and the mode's saved shopper, if this tab has one, before the first view (no sign-in
+    // form flashes for a shopper signed in already).
+    let live = in_page.as_ref().is_some_and(|s| s.livemode);
+    let saved = if live { storage::LIVE } else { storage::SESSION };
     let widget = Widget {
         mode: StoredValue::new_local(mode),
         channel: StoredValue::new_local(None),
         checkout: RwSignal::new(initial),
-        session: RwSignal::new(None),
-        livemode: RwSignal::new(None),
-        sign_in_needed: RwSignal::new(false),
+        session: RwSignal::new(storage::load(saved)),
         balance: RwSignal::new(None),
         session_error: RwSignal::new(None),
         elsewhere: RwSignal::new(None),
@@ -574,7 +567,6 @@ fn App(mode: Mode) -> impl IntoView {
     tell_the_host(widget);
     // The intent (and its key) is saved the moment it exists.
     change(widget, |_| ());
-    let in_page = widget.mode.with_value(|m| session_in_page(&m.session_id));
     if let Some(session) = &in_page {
         widget.take_session(session);
     }
@@ -585,15 +577,13 @@ fn App(mode: Mode) -> impl IntoView {
         if in_page.is_none() {
             widget.read_session().await;
         }
-        let Some(livemode) = widget.livemode.get_untracked() else {
+        let Some(livemode) = widget.livemode_untracked() else {
             return; // the session could not be read; the widget says so
         };
         match shopper::shopper(None, livemode).await {
             Ok(session) => widget.session.set(Some(session)),
-            Err(_) if livemode => {
-                widget.sign_in_needed.set(true);
-                return;
-            }
+            // A live session: the shopper signs in (`SignIn`), and the page starts again.
+            Err(_) if livemode => return,
             Err(_) => {
                 widget.session_error.set(Some(
                     "Не удалось открыть тестовый счёт: обновите страницу".into(),
@@ -634,87 +624,42 @@ fn App(mode: Mode) -> impl IntoView {
         })
     };
     let title = widget.id("checkout-title");
+    let account = if live { "Счёт: " } else { "Тестовый счёт: " };
     let card = view! {
             <section class="card" aria-labelledby=title>
                 <div class="visually-hidden announce" role="status" aria-live="polite">{announcement}</div>
                 {move || notice().map(|text| view! { <p class="notice">{text}</p> })}
-                {move || (widget.livemode.get() == Some(false)).then(|| view! {
-                    <p class="test-mode">"Тестовый режим: деньги не настоящие"</p>
-                })}
                 <OrderSummary widget />
                 {move || {
                     let settled = widget.checkout.with(Checkout::is_settled);
                     if settled { view! { <Outcome widget /> }.into_any() }
-                    else if widget.sign_in_needed.get() { view! { <SignIn widget /> }.into_any() }
+                    // A live session with no shopper signed in on this tab: «Войти». The form and
+                    // «Выйти» are the page's own (`index.html`, and `live.js`, which the server
+                    // adds to a live session's page): every byte of the widget is downloaded by
+                    // every shopper, and most never sign in.
+                    else if live && widget.session.with(Option::is_none) { view! { <div class="sign-in-slot"></div> }.into_any() }
                     else { view! { <PayPanel widget /> }.into_any() }
                 }}
                 <footer class="account">
-                    {move || {
-                        let account = if widget.livemode.get() == Some(true) { "Счёт: " } else { "Тестовый счёт: " };
-                        match (widget.session_error.get(), widget.balance.get()) {
-                            (Some(error), _) => view! { <span class="error">{error}</span> }.into_any(),
-                            (None, Some(balance)) => view! {
-                                <span>{account}<span class="balance">{format_rub(balance)}</span></span>
-                            }.into_any(),
-                            (None, None) => view! { <span>{account}"…"</span> }.into_any(),
-                        }
+                    {move || match (widget.session_error.get(), widget.balance.get()) {
+                        (Some(error), _) => view! { <span class="error">{error}</span> }.into_any(),
+                        (None, Some(balance)) => view! {
+                            <span>{account}<span class="balance">{format_rub(balance)}</span></span>
+                        }.into_any(),
+                        (None, None) => view! { <span>{account}"…"</span> }.into_any(),
                     }}
-                    {move || (widget.livemode.get() == Some(true) && widget.session.with(Option::is_some)).then(|| view! {
-                        <button type="button" class="sign-out" on:click=move |_| spawn_local(widget.sign_out())>"Выйти"</button>
-                    })}
                 </footer>
             </section>
     };
-    let root = if full_page {
-        "checkout full-page"
-    } else {
-        "checkout"
+    let root = match (full_page, live) {
+        (true, true) => "checkout full-page live",
+        (true, false) => "checkout full-page test",
+        (false, true) => "checkout live",
+        (false, false) => "checkout test",
     };
     view! { <main class=root>{card}</main> }
 }
 
-/// A live session and no shopper signed in: e-mail and password, sent only to this origin.
-#[component]
-fn SignIn(widget: Widget) -> impl IntoView {
-    let email = NodeRef::<leptos::html::Input>::new();
-    let password = NodeRef::<leptos::html::Input>::new();
-    let error = RwSignal::new(None::<String>);
-    let busy = RwSignal::new(false);
-    let submit = move |new_account: bool| {
-        let (Some(email), Some(password)) = (email.get(), password.get()) else {
-            return;
-        };
-        if busy.get_untracked() {
-            return;
-        }
-        busy.set(true);
-        spawn_local(async move {
-            match api::sign_in(new_account, &email.value(), &password.value()).await {
-                Ok(token) => {
-                    storage::save(storage::LIVE, &token);
-                    widget.session.set(Some(token));
-                    widget.sign_in_needed.set(false);
-                    widget.start().await;
-                }
-                Err(code) => error.set(Some(messages::refusal(code))),
-            }
-            busy.set(false);
-        });
-    };
-    let (email_id, password_id) = (widget.id("email"), widget.id("password"));
-    view! {
-        <form class="sign-in" on:submit=move |event| { event.prevent_default(); submit(false) }>
-            <p>"Заказ оплачивается настоящими деньгами: войдите в свой счёт."</p>
-            <label for=email_id.clone()>"Электронная почта"</label>
-            <input id=email_id type="email" name="email" autocomplete="username" required node_ref=email />
-            <label for=password_id.clone()>"Пароль"</label>
-            <input id=password_id type="password" name="password" autocomplete="current-password" required minlength="8" node_ref=password />
-            <p class="error" role="alert">{move || error.get()}</p>
-            <button type="submit" class="pay sign-in-button" aria-disabled=move || busy.get().to_string()>"Войти"</button>
-            <button type="button" class="secondary sign-up" on:click=move |_| submit(true)>"Создать счёт"</button>
-        </form>
-    }
-}
 
 #[component]
 fn OrderSummary(widget: Widget) -> impl IntoView {

@@ -50,6 +50,10 @@ pub struct Order {
     /// Where the full payment page sends the shopper back to, if the shop said.
     #[serde(default)]
     pub return_url: Option<String>,
+    /// Live money (a signed-in shopper pays) or test money, as the session says: taken from it
+    /// at every start (never saved: the session is the truth, and the bytes are every shopper's).
+    #[serde(skip)]
+    pub livemode: bool,
 }
 
 impl Order {
@@ -90,6 +94,7 @@ impl Order {
                 })
                 .collect(),
             currency: session.currency.clone(),
+            livemode: session.livemode,
         }
     }
 }
@@ -189,6 +194,7 @@ impl Checkout {
             items: Vec::new(),
             currency: "RUB".into(),
             return_url: None,
+            livemode: false,
         };
         Checkout {
             payment: Intent::new(new_key(seed.key), order, now_ms),
@@ -335,6 +341,7 @@ impl Checkout {
             ours.amount = order.amount;
             ours.description = order.description;
             ours.shop_name = order.shop_name;
+            ours.livemode = order.livemode;
             return true;
         }
         false
@@ -479,6 +486,7 @@ pub fn salvage(text: &str, now_ms: i64) -> Option<Checkout> {
         items: items.unwrap_or_default(),
         currency: "RUB".into(),
         return_url: None,
+        livemode: false,
     };
     let mut payment = Intent::new(key, order, now_ms);
     // Whether it was ever sent is unknown: the server is asked.

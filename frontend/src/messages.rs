@@ -35,13 +35,14 @@ pub fn refusal(code: ErrorCode) -> String {
         ErrorCode::RequestTimeout => "сервер не успел ответить",
         ErrorCode::ServiceUnavailable => "сервис временно недоступен",
         ErrorCode::InternalError => "ошибка на сервере",
-        ErrorCode::LivemodeMismatch => {
-            "тестовыми деньгами нельзя оплатить настоящий заказ, а настоящими — тестовый"
-        }
-        ErrorCode::TooManyRequests => "слишком много попыток: подождите минуту",
-        ErrorCode::InvalidCredentials => "неверная почта или пароль",
-        ErrorCode::EmailTaken => "на эту почту уже есть счёт: войдите",
-        ErrorCode::Unknown => "сервер отказал",
+        // The widget pays with a shopper of the session's own mode, and one request at a time:
+        // these two are not expected here. Sign-in and sign-up are answered to the page's own
+        // script (`live.js`), which says them in its words.
+        ErrorCode::LivemodeMismatch
+        | ErrorCode::TooManyRequests
+        | ErrorCode::InvalidCredentials
+        | ErrorCode::EmailTaken
+        | ErrorCode::Unknown => "сервер отказал",
     }
     .to_owned()
 }

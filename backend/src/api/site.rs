@@ -86,6 +86,10 @@ fn page(
             .replace('<', "\\u003c");
         head +=
             &format!("<script type=\"application/json\" id=\"checkout-session\">{json}</script>\n");
+        // Live money: «Войти» and «Выйти» are the page's own small script, loaded only here.
+        if session.livemode {
+            head += "<script src=\"/live.js\" defer></script>\n";
+        }
     }
     let html = site
         .page()
