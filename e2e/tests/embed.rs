@@ -579,3 +579,126 @@ async fn assert_no_violations(c: &Checkout, view: &str) {
     c.screenshot(&format!("seen-axe-{view}")).await;
     assert_eq!(violations, &json!([]), "axe in the {view} view");
 }
+
+/// Live money in the frame: a shopper signs up in it («Создать счёт»), is funded by the
+/// operator (the same deposit sent twice is one), signs out («Выйти»: that sign-in's token is
+/// refused from then on), signs in again («Войти»), and pays a live session: one debit, the
+/// shop's live account credited, its live event says `livemode: true`, the page hears one
+/// `checkout:paid`. A test session's frame says it is test money; a live one does not.
+async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
+    let c = Checkout::start(backend, "", &[]).await;
+    let shop = c.server.add_shop("Живая лавка").await;
+    let made = shop
+        .live_api
+        .send(shop.live_api.post(
+            "/api/checkout-sessions",
+            Some(&checkout_testkit::new_key()),
+            &json!({"order_id": "LIVE-FRAME", "amount": 45_000}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(made.status.as_u16(), 201, "{}", made.body);
+    let live = made.json()["session_id"].as_str().unwrap().to_owned();
+    let test = shop.session("TEST-FRAME", 10_000).await;
+    let page = serve_shop_page(shop_html(
+        &c.server.base,
+        &format!(
+            r#"<div id="a" data-checkout-session="{live}"></div><div id="t" data-checkout-session="{test}"></div>"#
+        ),
+    ))
+    .await;
+    register_origins(&c, &shop, &[&page]).await;
+    c.browser.goto(&page).await.unwrap();
+
+    // The test frame says so; the live one asks to sign in and offers no «Оплатить».
+    c.enter_frame_in("#t").await;
+    let said = c
+        .js("return getComputedStyle(document.querySelector('.card'), '::before').content;")
+        .await;
+    assert!(said.as_str().unwrap().contains("Тестовый режим"), "{said}");
+    c.enter_frame_in("#a").await;
+    c.wait_for("#sign-in:not([hidden]) #sign-in-email").await;
+    let said = c
+        .js("return getComputedStyle(document.querySelector('.card'), '::before').content;")
+        .await;
+    assert_eq!(said, json!("none"));
+    assert_eq!(c.count("button.pay").await, 0);
+    c.on_top().await;
+    c.screenshot("live-frame-sign-in").await;
+    c.enter_frame_in("#a").await;
+
+    // Sign-up in the frame.
+    let email = "mila@example.ru";
+    let password = "пароль-надёжный";
+    c.type_into("#sign-in-email", email).await;
+    c.type_into("#sign-in-password", password).await;
+    c.click_soon("#sign-up").await;
+    c.wait_for(".sign-out").await;
+    c.wait_for_text(".balance", "0,00").await;
+    let first_token = c
+        .js("return JSON.parse(sessionStorage.getItem('checkout.live')).token;")
+        .await
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // «Выйти»: the form again, and that token no longer works.
+    c.click_soon(".sign-out").await;
+    c.wait_for("#sign-in:not([hidden]) #sign-in-email").await;
+    let old = checkout_testkit::Api {
+        token: Some(first_token),
+        ..c.server.api()
+    };
+    old.get("/api/account")
+        .await
+        .assert_problem(401, "unauthorized");
+
+    // The operator funds the shopper: sent twice under one key, one deposit.
+    let key = checkout_testkit::new_key();
+    for _ in 0..2 {
+        let (ok, deposit) = c.server.deposit(email, 150_000, &key).await;
+        assert!(ok, "{deposit}");
+        assert_eq!(deposit["balance"], 150_000);
+    }
+    assert_eq!(c.db.scalar("SELECT COUNT(*) FROM deposits").await, 1);
+
+    // «Войти», and pay.
+    c.type_into("#sign-in-email", email).await;
+    c.type_into("#sign-in-password", password).await;
+    c.click_soon(".sign-in-submit").await;
+    c.wait_for_text(".balance", "1 500,00").await;
+    c.wait_for(PAY_ENABLED).await;
+    c.click("button.pay", 1).await;
+    let paid = c.wait_for_text(".payment-id", "pay_").await;
+    c.wait_for_text(".balance", "1 050,00").await;
+    c.on_top().await;
+    c.screenshot("live-frame-paid").await;
+    c.enter_frame_in("#a").await;
+    c.on_top().await;
+    let heard_paid = wait_for_heard(&c, "checkout:paid", 1).await;
+    assert_eq!(heard_paid.len(), 1, "{heard_paid:?}");
+    assert_eq!(heard_paid[0]["host"], "a");
+    let livemode = c
+        .db
+        .scalar(&format!("SELECT livemode FROM payments WHERE payment_id = '{paid}'"))
+        .await;
+    assert_eq!(livemode, 1);
+    let account = shop.live_api.get("/api/account").await;
+    assert_eq!(account.json()["balance"], 45_000);
+    let events = shop.live_api.get("/api/events").await.json();
+    assert_eq!(events["events"][0]["body"]["livemode"], true);
+    assert_eq!(events["events"][0]["body"]["data"]["payment_id"], paid.as_str());
+    assert_eq!(c.payments_in_db().await, 1);
+    c.db.assert_invariants().await;
+    let _ = c.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_shopper_pays_a_live_session_in_the_frame_sqlite() {
+    a_live_shopper_pays_a_live_session_in_the_frame(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_shopper_pays_a_live_session_in_the_frame_postgres() {
+    a_live_shopper_pays_a_live_session_in_the_frame(Backend::Postgres).await;
+}
