@@ -66,6 +66,8 @@ pub struct Report {
     /// money was made or lost.
     pub money_held: i64,
     pub money_issued: i64,
+    /// Payments in live money (the rest were test money).
+    pub live_payments: i64,
     /// What the shops hold at the end.
     pub shops_hold: i64,
     pub violations: Vec<String>,
@@ -124,9 +126,14 @@ struct World {
     db: TestDb,
     servers: Vec<Mutex<Server>>,
     ports: Vec<String>,
-    /// Shoppers' tokens, then shops' secret keys.
+    /// Test shoppers' tokens (they pay the test shops' sessions), live shoppers' sign-ins (the
+    /// live shops'), then shops' secret keys (of the shop's mode).
     tokens: Vec<String>,
+    live_tokens: Vec<String>,
     shop_keys: Vec<String>,
+    /// Whether each shop runs on its live key (every other one): money of both modes moves side
+    /// by side, and must be conserved in each.
+    shop_live: Vec<bool>,
     http: reqwest::Client,
     server_bin: String,
     cut_percent: u64,
@@ -227,7 +234,9 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
         servers: Vec::new(),
         ports: Vec::new(),
         tokens: Vec::new(),
+        live_tokens: Vec::new(),
         shop_keys: Vec::new(),
+        shop_live: Vec::new(),
         http,
         server_bin: server_bin.to_owned(),
         cut_percent: plan.cut_percent,
@@ -247,8 +256,25 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
     }
     let base = format!("http://127.0.0.1:{}", world.ports[0]);
     let signup = Api::new(&base);
-    for _ in 0..plan.accounts {
+    for i in 0..plan.accounts {
         world.tokens.push(signup.shopper_token().await);
+        // A live shopper, funded by the operator's deposit (as much as a test wallet holds).
+        let email = format!("shopper{i}@campaign.test");
+        let live = signup.live_shopper(&email, "campaign password").await;
+        world.live_tokens.push(live.token.expect("a sign-in"));
+        let deposit = tokio::process::Command::new(server_bin)
+            .args(["shopper", "deposit", "--email", &email, "--amount", "100000", "--key"])
+            .arg(new_key())
+            .env("DATABASE_URL", &world.db.url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .expect("checkout-server shopper deposit runs");
+        assert!(
+            deposit.status.success(),
+            "deposit: {}",
+            String::from_utf8_lossy(&deposit.stderr)
+        );
     }
     // Each shop: its credentials in a file, its process on a port fixed first (the checkout
     // sends its webhooks there), talking to one of the servers.
@@ -265,14 +291,21 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
             Some(&webhook_url),
         )
         .await;
-        let secret = shop.api.token.clone().expect("a secret key");
+        let live = i % 2 == 1;
+        let (api, signing_secret) = if live {
+            (&shop.live_api, &shop.live_signing_secret)
+        } else {
+            (&shop.api, &shop.signing_secret)
+        };
+        let secret = api.token.clone().expect("a secret key");
         let file = credentials.path().join(format!("shop-{i}.json"));
         std::fs::write(
             &file,
-            json!({"shop_id": shop.shop_id, "secret_key": secret, "signing_secret": shop.signing_secret})
+            json!({"shop_id": shop.shop_id, "secret_key": secret, "signing_secret": signing_secret})
                 .to_string(),
         )
         .unwrap();
+        world.shop_live.push(live);
         let checkout = format!("http://127.0.0.1:{}", world.ports[i % world.ports.len()]);
         let process = DemoShop::start(
             shop_bin,
@@ -286,8 +319,9 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
         let account = world
             .db
             .scalar_text(&format!(
-                "SELECT account_id FROM shops WHERE shop_id = '{}'",
-                shop.shop_id
+                "SELECT account_id FROM shops WHERE shop_id = '{}' AND livemode = {}",
+                shop.shop_id,
+                i64::from(live)
             ))
             .await;
         world.shop_accounts.push(account);
@@ -498,15 +532,22 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
     let money_held = world
         .db
         .scalar(
-            "SELECT CAST((SELECT COALESCE(SUM(balance), 0) FROM accounts) \
+            "SELECT CAST((SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE kind <> 'funding') \
                   + (SELECT COALESCE(SUM(amount), 0) FROM unfolded_credits) AS BIGINT)",
         )
         .await;
+    // Test money issued (opening credits) and live money deposited: conserved in each mode (the
+    // invariants above check each mode alone; here, the sum).
     let money_issued = world
         .db
         .scalar(
-            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger WHERE kind = 'opening'",
+            "SELECT CAST((SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE kind = 'opening') \
+                  + (SELECT COALESCE(SUM(amount), 0) FROM deposits) AS BIGINT)",
         )
+        .await;
+    let live_payments = world
+        .db
+        .scalar("SELECT COUNT(*) FROM payments WHERE livemode = 1")
         .await;
     let shops_hold = world
         .db
@@ -545,6 +586,7 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
         final_retries,
         money_held,
         money_issued,
+        live_payments,
         shops_hold,
         violations,
     }
@@ -555,16 +597,18 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
 /// webhook), refunded as much as the checkout refunded, the bonus the state those imply, and one
 /// inbox entry per event. Returns (events, delivery attempts, orders checked).
 async fn check_shops(world: &World, violations: &mut Vec<String>) -> (i64, i64, u64) {
-    let undelivered = "SELECT COUNT(*) FROM webhook_events WHERE status <> 'delivered'";
+    // A deposit's event is the operator's record, for no shop: never sent (`no_endpoint`).
+    const PENDING: &str = "status <> 'delivered' AND type <> 'deposit.succeeded'";
+    let undelivered = &format!("SELECT COUNT(*) FROM webhook_events WHERE {PENDING}");
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     while world.db.scalar(undelivered).await > 0 {
         if std::time::Instant::now() > deadline {
             violations.push(format!(
                 "{} events still undelivered after 3 minutes, e.g. {} ({} attempts): {}",
                 world.db.scalar(undelivered).await,
-                world.db.scalar_text("SELECT event_id || ' ' || type || ' ' || status FROM webhook_events WHERE status <> 'delivered' ORDER BY seq LIMIT 1").await,
-                world.db.scalar("SELECT attempts FROM webhook_events WHERE status <> 'delivered' ORDER BY seq LIMIT 1").await,
-                world.db.scalar_text("SELECT COALESCE(last_error, '-') FROM webhook_events WHERE status <> 'delivered' ORDER BY seq LIMIT 1").await,
+                world.db.scalar_text(&format!("SELECT event_id || ' ' || type || ' ' || status FROM webhook_events WHERE {PENDING} ORDER BY seq LIMIT 1")).await,
+                world.db.scalar(&format!("SELECT attempts FROM webhook_events WHERE {PENDING} ORDER BY seq LIMIT 1")).await,
+                world.db.scalar_text(&format!("SELECT COALESCE(last_error, '-') FROM webhook_events WHERE {PENDING} ORDER BY seq LIMIT 1")).await,
             ));
             break;
         }
@@ -688,10 +732,15 @@ fn next_request(ledger: &Mutex<Ledger>, world: &World) -> (String, Intent, usize
             let i = rng.random_range(0..ledger.open_sessions.len());
             ledger.open_sessions.swap_remove(i)
         };
-        let shopper = rng.random_range(0..world.tokens.len());
+        // A shopper of the session's mode (the other mode's is refused, and moves nothing).
+        let shoppers = if world.shop_live[shop] {
+            &world.live_tokens
+        } else {
+            &world.tokens
+        };
         Intent {
             kind: Kind::Payment { shop },
-            token: world.tokens[shopper].clone(),
+            token: shoppers[rng.random_range(0..shoppers.len())].clone(),
             path: "/api/payments".into(),
             body: pay_session(&session),
         }

@@ -38,6 +38,12 @@ async fn bounded(backend: Backend, servers: usize) {
     assert!(report.duplicates > 0 && report.payments > 0 && report.refunds > 0);
     assert_eq!(report.money_held, report.money_issued, "money conserved");
     assert!(
+        report.live_payments > 0 && report.live_payments < report.payments as i64,
+        "test and live money both moved: {} live of {}",
+        report.live_payments,
+        report.payments
+    );
+    assert!(
         report.shops_hold > 0,
         "the shops were paid: {}",
         report.summary()
