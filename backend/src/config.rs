@@ -147,7 +147,7 @@ pub struct Config {
     )]
     pub addr: SocketAddr,
 
-    /// Demo mode: `POST /api/demo/session` hands out fresh shoppers holding 1 000,00 ₽.
+    /// Demo mode: provisions the demo shop (on test keys) and `POST /api/demo/checkout-session`.
     #[arg(long = "demo", alias = "checkout-demo", env = "CHECKOUT_DEMO", default_value = "0",
           value_parser = BoolishValueParser::new(), action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "1")]
