@@ -265,6 +265,7 @@ mod tests {
             status: PaymentStatus::Succeeded,
             balance: Some(0),
             created_at: "2026-12-03T10:00:00Z".into(),
+            livemode: true,
         });
         same::<Phase<Payment>>(Phase::Created);
         same::<Phase<Payment>>(Phase::Retrying {
