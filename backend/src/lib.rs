@@ -97,6 +97,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         store.clone(),
         config.key_ttl(),
         config.sweep_every(),
+        config.sign_in_limits(),
         deliveries.clone(),
     );
     let delivery = delivery::spawn(store.clone(), config.delivery(), deliveries.clone());

@@ -20,6 +20,7 @@ checkout_testkit::on_both_databases!(
     sign_in_guessing_is_throttled_and_the_wait_is_honoured,
     test_shoppers_are_limited_per_address,
     a_principal_holds_a_bounded_number_of_keys_in_progress,
+    sign_ins_that_ended_are_refused_and_swept,
 );
 
 const PASSWORD: &str = "correct horse battery";
@@ -315,6 +316,47 @@ async fn a_principal_holds_a_bounded_number_of_keys_in_progress(backend: Backend
     assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, paid);
     let balance = shopper.get("/api/account").await;
     assert_eq!(balance.json()["balance"], OPENING_BALANCE - 100 * paid);
+    db.assert_invariants().await;
+}
+
+/// A sign-in unused for the idle limit is refused, like a revoked one; the sweeper deletes both
+/// rows, and keeps the one in use.
+async fn sign_ins_that_ended_are_refused_and_swept(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_SHOPPER_IDLE_SECS", "3"),
+            ("CHECKOUT_SWEEP_SECS", "1"),
+        ],
+    )
+    .await;
+    let api = server.api();
+    let idle = api.live_shopper("idle@example.ru", PASSWORD).await;
+    let revoked = api.live_shopper("out@example.ru", PASSWORD).await;
+    let out = revoked
+        .send(revoked.post("/api/shoppers/sign-out", None, &json!({})))
+        .await
+        .unwrap();
+    assert_eq!(out.status, StatusCode::NO_CONTENT);
+    revoked
+        .get("/api/account")
+        .await
+        .assert_problem(401, "unauthorized");
+    // The idle one outlives its limit unused: refused, and both rows go.
+    support::wait_until("the idle sign-in is refused", Duration::from_secs(10), || {
+        let idle = idle.clone();
+        async move { idle.get("/api/account").await.status == StatusCode::UNAUTHORIZED }
+    })
+    .await;
+    let active = api.live_shopper("active@example.ru", PASSWORD).await;
+    support::wait_until("ended sign-ins are swept", Duration::from_secs(10), || {
+        let db = &db;
+        async move { db.scalar("SELECT COUNT(*) FROM sign_ins").await == 1 }
+    })
+    .await;
+    assert_eq!(active.get("/api/account").await.status, StatusCode::OK);
     db.assert_invariants().await;
 }
 

@@ -36,6 +36,15 @@ pub const TOUCH_SIGN_IN: &str = "\
 pub const REVOKE_SIGN_IN: &str = "\
     UPDATE sign_ins SET revoked_at = $2 WHERE token_hash = $1 AND revoked_at IS NULL";
 
+/// One bounded batch of sign-ins that ended (revoked, older than the absolute limit $1, or
+/// unused since $2) is deleted. The outer `WHERE` checks again what the subquery picked: a
+/// sign-in used meanwhile (under READ COMMITTED, re-read after the wait) is kept.
+pub const SWEEP_ENDED_SIGN_INS: &str = "\
+    DELETE FROM sign_ins WHERE token_hash IN \
+        (SELECT token_hash FROM sign_ins \
+          WHERE revoked_at IS NOT NULL OR created_at < $1 OR last_used_at < $2 LIMIT $3) \
+       AND (revoked_at IS NOT NULL OR created_at < $1 OR last_used_at < $2)";
+
 /// The one funding account of live money (made by the migration's first deposit if missing).
 pub const FUNDING_ACCOUNT: &str = "acc_live_funding";
 
@@ -235,6 +244,29 @@ impl Store {
                 tx.execute(TOUCH_SIGN_IN, &[Arg::Text(&hash), Arg::Int(now_ms)])
                     .await
                     .map(|n| n == 1)
+            })
+        })
+        .await
+    }
+
+    /// Deletes up to `batch` sign-ins that ended (see [`SWEEP_ENDED_SIGN_INS`]); how many.
+    pub async fn sweep_ended_sign_ins(
+        &self,
+        created_before_ms: i64,
+        used_before_ms: i64,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    SWEEP_ENDED_SIGN_INS,
+                    &[
+                        Arg::Int(created_before_ms),
+                        Arg::Int(used_before_ms),
+                        Arg::Int(batch),
+                    ],
+                )
+                .await
             })
         })
         .await

@@ -1,5 +1,6 @@
-//! The background task that deletes expired idempotency keys, in small batches, and closes
-//! checkout sessions that lapsed unpaid (telling their shops). Ledger, payments and refunds are
+//! The background task that deletes expired idempotency keys and live shoppers' sign-ins that
+//! ended, in small batches, and closes checkout sessions that lapsed unpaid (telling their
+//! shops). Ledger, payments and refunds are
 //! never swept.
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use checkout_idempotency::now_ms;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::operations::accounts::SignInLimits;
 use crate::store::{Store, StoreError};
 
 /// Keys deleted per transaction: each batch holds SQLite's one writer only briefly, so that
@@ -20,6 +22,7 @@ pub fn spawn(
     store: Store,
     key_ttl: Duration,
     every: Duration,
+    sign_ins: SignInLimits,
     deliveries: Arc<Notify>,
 ) -> JoinHandle<()> {
     let ttl_ms = i64::try_from(key_ttl.as_millis()).unwrap_or(i64::MAX);
@@ -33,6 +36,11 @@ pub fn spawn(
                 Ok(deleted) => tracing::info!(deleted, "swept expired idempotency keys"),
                 Err(error) => tracing::warn!(%error, "sweeping expired keys failed; will retry"),
             }
+            match sweep_sign_ins(&store, sign_ins).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "swept ended sign-ins"),
+                Err(error) => tracing::warn!(%error, "sweeping sign-ins failed; will retry"),
+            }
             match expire_sessions(&store).await {
                 Ok(0) => {}
                 Ok(expired) => {
@@ -43,6 +51,28 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// Deletes every sign-in that ended (revoked, too old, or unused too long), one batch per
+/// transaction; returns how many.
+pub async fn sweep_sign_ins(store: &Store, limits: SignInLimits) -> Result<u64, StoreError> {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let now = now_ms();
+    let (created_before, used_before) = (
+        now.saturating_sub(ms(limits.absolute)),
+        now.saturating_sub(ms(limits.idle)),
+    );
+    let mut total = 0;
+    loop {
+        let deleted = store
+            .sweep_ended_sign_ins(created_before, used_before, BATCH)
+            .await?;
+        total += deleted;
+        if deleted < BATCH as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Closes every session that lapsed unpaid, one batch per transaction; returns how many.
