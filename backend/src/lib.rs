@@ -137,9 +137,9 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         listener,
         router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(StartError::Serve)?;
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .map_err(StartError::Serve)?;
     sweeper.abort();
     delivery.abort();
     tracing::info!("stopped");

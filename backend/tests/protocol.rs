@@ -45,8 +45,16 @@ async fn setup(backend: Backend) -> (TestDb, Store) {
             Box::pin(async move {
                 for account in ["acc_a", "acc_b"] {
                     let hash = format!("hash-{account}");
-                    tx.insert_account(account, &hash, AccountKind::Shopper, false, "RUB", 0, now_ms())
-                        .await?;
+                    tx.insert_account(
+                        account,
+                        &hash,
+                        AccountKind::Shopper,
+                        false,
+                        "RUB",
+                        0,
+                        now_ms(),
+                    )
+                    .await?;
                 }
                 Ok(())
             })
@@ -778,8 +786,16 @@ async fn the_key_sweeper_spares_a_key_claimed_again_meanwhile() {
         store
             .write(move |tx| {
                 Box::pin(async move {
-                    tx.insert_account(account, &hash, AccountKind::Shopper, false, "RUB", 0, now_ms())
-                        .await
+                    tx.insert_account(
+                        account,
+                        &hash,
+                        AccountKind::Shopper,
+                        false,
+                        "RUB",
+                        0,
+                        now_ms(),
+                    )
+                    .await
                 })
             })
             .await

@@ -6,6 +6,7 @@ mod load;
 mod report;
 mod setup;
 mod sqlite_loop;
+mod transactions;
 
 use std::time::Instant;
 
@@ -44,6 +45,7 @@ const ACCOUNTS: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     PgbenchKeyed,
+    PgbenchEleven,
     PgbenchUnkeyed,
     Keyed,
     OneShop,
@@ -61,6 +63,9 @@ impl Workload {
             Workload::PgbenchKeyed => {
                 "PostgreSQL: pgbench, the server's keyed transaction (the limit)"
             }
+            Workload::PgbenchEleven => {
+                "PostgreSQL: pgbench, the keyed transaction of before, 11 statements (fixed anchor)"
+            }
             Workload::PgbenchUnkeyed => "PostgreSQL: pgbench, the un-keyed transaction",
             Workload::Keyed => "PostgreSQL: service, keyed, many shops",
             Workload::OneShop => "PostgreSQL: service, keyed, one shop",
@@ -74,6 +79,26 @@ impl Workload {
             Workload::SqliteCommitPerRequest => {
                 "SQLite: service, keyed, many shops, a commit per request"
             }
+        }
+    }
+
+    /// Statements per request on PostgreSQL, each one round trip (`BEGIN` and `COMMIT`
+    /// included).
+    pub fn statements(self) -> String {
+        use transactions::*;
+        match self {
+            Workload::PgbenchKeyed | Workload::Keyed | Workload::OneShop => {
+                KEYED_STATEMENTS.to_string()
+            }
+            Workload::PgbenchEleven => ELEVEN_STATEMENTS.to_string(),
+            Workload::PgbenchUnkeyed | Workload::Unkeyed => UNKEYED_STATEMENTS.to_string(),
+            Workload::Replays => REPLAY_STATEMENTS.to_string(),
+            // One read on a reader, then nine statements in a savepoint of the writer's batch,
+            // on its own thread: no round trips.
+            Workload::SqliteLoop
+            | Workload::SqliteGroupCommit
+            | Workload::SqliteOneShop
+            | Workload::SqliteCommitPerRequest => "in process".into(),
         }
     }
 }
@@ -228,6 +253,7 @@ async fn main() {
 
     let mut series: Vec<Series> = [
         Workload::PgbenchKeyed,
+        Workload::PgbenchEleven,
         Workload::PgbenchUnkeyed,
         Workload::Keyed,
         Workload::OneShop,
@@ -248,21 +274,23 @@ async fn main() {
         let s = args.seconds;
         for series in &mut series {
             let run = match series.workload {
-                Workload::PgbenchKeyed | Workload::PgbenchUnkeyed => {
+                Workload::PgbenchKeyed | Workload::PgbenchEleven | Workload::PgbenchUnkeyed => {
                     let runners = clients.min(pool);
                     let span = span(s, runners);
                     let count = span * runners as u64;
                     let first = numbers.take(count);
                     setup::sessions(&limit_url, Backend::Postgres, first, count, false).await;
-                    let transaction = if series.workload == Workload::PgbenchKeyed {
-                        load::PAYMENT_TRANSACTION
-                    } else {
-                        load::UNKEYED_TRANSACTION
+                    let transaction = match series.workload {
+                        Workload::PgbenchKeyed => transactions::keyed_transaction(),
+                        Workload::PgbenchEleven => {
+                            transactions::ELEVEN_STATEMENT_TRANSACTION.to_owned()
+                        }
+                        _ => transactions::unkeyed_transaction(),
                     };
                     load::pgbench(
                         cluster.port,
                         &limit_db,
-                        transaction,
+                        &transaction,
                         ACCOUNTS,
                         runners,
                         (first, span),

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use checkout_idempotency::{
-    Claim, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
+    Claim, Claimed, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
 };
 use checkout_shared::LineItem;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -505,7 +505,11 @@ impl KeyStore for InboxStore {
 impl KeyTx for InboxTx {
     type Error = InboxError;
 
-    async fn claim(&mut self, claim: &Claim, expired_before_ms: i64) -> Result<bool, InboxError> {
+    async fn claim(
+        &mut self,
+        claim: &Claim,
+        expired_before_ms: i64,
+    ) -> Result<Claimed, InboxError> {
         let claimed: Option<(String,)> = sqlx::query_as(
             "INSERT INTO inbox (sender, webhook_id, claim_id, request_hash, request_body, status, created_at)
              VALUES ($1, $2, $3, $4, $5, 'in_progress', $6)
@@ -525,20 +529,16 @@ impl KeyTx for InboxTx {
         .bind(expired_before_ms)
         .fetch_optional(&mut *self.conn)
         .await?;
-        Ok(claimed.is_some())
-    }
-
-    async fn stored_key(
-        &mut self,
-        scope: &str,
-        key: &str,
-    ) -> Result<Option<KeyRecord>, InboxError> {
+        if claimed.is_some() {
+            return Ok(Claimed::Ours);
+        }
+        // SQLite: this transaction holds the only writer, so the holder is read as committed.
         let row: Option<KeyRow> = sqlx::query_as(STORED_KEY)
-            .bind(scope)
-            .bind(key)
+            .bind(&claim.scope)
+            .bind(&claim.key)
             .fetch_optional(&mut *self.conn)
             .await?;
-        Ok(row.map(key_record))
+        Ok(Claimed::Taken(row.map(key_record)))
     }
 
     async fn complete(

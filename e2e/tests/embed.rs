@@ -678,16 +678,20 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     let heard_paid = wait_for_heard(&c, "checkout:paid", 1).await;
     assert_eq!(heard_paid.len(), 1, "{heard_paid:?}");
     assert_eq!(heard_paid[0]["host"], "a");
-    let livemode = c
-        .db
-        .scalar(&format!("SELECT livemode FROM payments WHERE payment_id = '{paid}'"))
+    let livemode =
+        c.db.scalar(&format!(
+            "SELECT livemode FROM payments WHERE payment_id = '{paid}'"
+        ))
         .await;
     assert_eq!(livemode, 1);
     let account = shop.live_api.get("/api/account").await;
     assert_eq!(account.json()["balance"], 45_000);
     let events = shop.live_api.get("/api/events").await.json();
     assert_eq!(events["events"][0]["body"]["livemode"], true);
-    assert_eq!(events["events"][0]["body"]["data"]["payment_id"], paid.as_str());
+    assert_eq!(
+        events["events"][0]["body"]["data"]["payment_id"],
+        paid.as_str()
+    );
     assert_eq!(c.payments_in_db().await, 1);
     c.db.assert_invariants().await;
     let _ = c.browser.close().await;

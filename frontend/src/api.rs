@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use checkout_shared::{
-    Account, CheckoutSession, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER,
-    KeyState, Payment, PaymentDetails, PaymentStatus, Refund, ShopperToken,
+    Account, CheckoutSession, IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, KeyState,
+    Payment, PaymentDetails, PaymentStatus, Refund, ShopperToken,
 };
 use futures::future::{Either, select};
 use serde::de::DeserializeOwned;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use leptos::prelude::LocalStorage;
 
 use checkout_shared::{
-    CheckoutSession, CheckoutSessionStatus, ShopperToken, Payment, PaymentDetails, format_rub,
+    CheckoutSession, CheckoutSessionStatus, Payment, PaymentDetails, ShopperToken, format_rub,
 };
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -239,7 +239,6 @@ impl Widget {
                 .then_some(c.payment.request.livemode)
         })
     }
-
 
     /// A new test shopper when the server no longer knows this one; the shopper is told. A live
     /// shopper's sign-in that ended is forgotten here (`shopper`): the intent says the session
@@ -547,7 +546,11 @@ fn App(mode: Mode) -> impl IntoView {
     // and the mode's saved shopper, if this tab has one, before the first view (no sign-in
     // form flashes for a shopper signed in already).
     let live = in_page.as_ref().is_some_and(|s| s.livemode);
-    let saved = if live { storage::LIVE } else { storage::SESSION };
+    let saved = if live {
+        storage::LIVE
+    } else {
+        storage::SESSION
+    };
     let widget = Widget {
         mode: StoredValue::new_local(mode),
         channel: StoredValue::new_local(None),
@@ -624,7 +627,11 @@ fn App(mode: Mode) -> impl IntoView {
         })
     };
     let title = widget.id("checkout-title");
-    let account = if live { "Счёт: " } else { "Тестовый счёт: " };
+    let account = if live {
+        "Счёт: "
+    } else {
+        "Тестовый счёт: "
+    };
     let card = view! {
             <section class="card" aria-labelledby=title>
                 <div class="visually-hidden announce" role="status" aria-live="polite">{announcement}</div>
@@ -659,7 +666,6 @@ fn App(mode: Mode) -> impl IntoView {
     };
     view! { <main class=root>{card}</main> }
 }
-
 
 #[component]
 fn OrderSummary(widget: Widget) -> impl IntoView {

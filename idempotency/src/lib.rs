@@ -175,20 +175,15 @@ pub trait KeyStore: Send + Sync {
 pub trait KeyTx: Send {
     type Error: Classify + Send + 'static;
 
-    /// Claims the key: `true` if it is ours (new, or expired before `expired_before_ms` and taken
-    /// over), `false` if a live key holds it. Waits for an in-flight holder at most the store's
-    /// bound, then fails with [`Failure::Busy`].
+    /// Claims the key: [`Claimed::Ours`] if it is new, or expired before `expired_before_ms` and
+    /// taken over; else the live key that holds it, as committed (read by the same statement
+    /// where the database can, so that a replay costs one round trip). Waits for an in-flight
+    /// holder at most the store's bound, then fails with [`Failure::Busy`].
     fn claim(
         &mut self,
         claim: &Claim,
         expired_before_ms: i64,
-    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
-
-    fn stored_key(
-        &mut self,
-        scope: &str,
-        key: &str,
-    ) -> impl Future<Output = Result<Option<KeyRecord>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Claimed, Self::Error>> + Send;
 
     /// Stores the answer under the claimed key and marks it done; fails unless exactly the
     /// claimed row was updated.
@@ -197,6 +192,16 @@ pub trait KeyTx: Send {
         claim: &Claim,
         response: &StoredResponse,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// What a claim found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// The key is this transaction's now.
+    Ours,
+    /// A live key holds it: its record, or `None` if the record could not be read as committed
+    /// (its holder committed after this statement's snapshot, or it was swept meanwhile).
+    Taken(Option<KeyRecord>),
 }
 
 /// How a unit of work ends: what the store must do with the transaction, and what to return.
@@ -385,7 +390,8 @@ impl Protocol {
                     expires_at_ms: now_ms.saturating_add(self.ttl_ms()),
                 },
                 Step::Taken(Some(record)) => self.answer_from_storage(record, &asked),
-                // Swept between the claim and the read, or a lost race: claim again.
+                // Its holder committed after the claim's snapshot, it was swept meanwhile, or a
+                // race was lost: claim again.
                 Step::Taken(None) | Step::Restart => continue,
                 Step::KeyBusy => Outcome::InUse,
                 Step::Aborted => Outcome::TryAgain,
@@ -556,11 +562,8 @@ where
         let claim = &self.claim;
         // 1. Claim the key, or learn who has it.
         match tx.claim(claim, self.expired_before_ms).await {
-            Ok(true) => {}
-            Ok(false) => {
-                let record = tx.stored_key(&claim.scope, &claim.key).await?;
-                return Ok(Finish::Rollback(Step::Taken(record)));
-            }
+            Ok(Claimed::Ours) => {}
+            Ok(Claimed::Taken(record)) => return Ok(Finish::Rollback(Step::Taken(record))),
             Err(error) if error.failure() == Failure::Busy => {
                 return Ok(Finish::Rollback(Step::KeyBusy));
             }

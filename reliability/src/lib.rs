@@ -263,7 +263,9 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
         let live = signup.live_shopper(&email, "campaign password").await;
         world.live_tokens.push(live.token.expect("a sign-in"));
         let deposit = tokio::process::Command::new(server_bin)
-            .args(["shopper", "deposit", "--email", &email, "--amount", "100000", "--key"])
+            .args([
+                "shopper", "deposit", "--email", &email, "--amount", "100000", "--key",
+            ])
             .arg(new_key())
             .env("DATABASE_URL", &world.db.url)
             .env("RUST_LOG", "warn")

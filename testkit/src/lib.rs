@@ -399,7 +399,10 @@ impl Server {
             ])
             .await;
         if ok {
-            (true, serde_json::from_str(out.trim()).expect("deposit prints JSON"))
+            (
+                true,
+                serde_json::from_str(out.trim()).expect("deposit prints JSON"),
+            )
         } else {
             (false, Value::String(err))
         }

@@ -7,9 +7,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use checkout_idempotency::{KeyedRequest, NoHooks, Outcome};
-use checkout_shared::{
-    CheckoutSession, CreateCheckoutSession, DemoCart, LineItem, ShopView,
-};
+use checkout_shared::{CheckoutSession, CreateCheckoutSession, DemoCart, LineItem, ShopView};
 
 use crate::api::AppState;
 use crate::api::extract::JsonBody;

@@ -122,11 +122,19 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
             post(events::redeliver),
         ),
         ("GET", "/api/account", get(accounts::get)),
-        ("POST", "/api/test/shoppers", post(shoppers::create_test_shopper)),
+        (
+            "POST",
+            "/api/test/shoppers",
+            post(shoppers::create_test_shopper),
+        ),
         ("POST", "/api/shoppers", post(shoppers::sign_up)),
         ("POST", "/api/shoppers/sign-in", post(shoppers::sign_in)),
         ("POST", "/api/shoppers/sign-out", post(shoppers::sign_out)),
-        ("POST", "/api/demo/session", post(shoppers::create_demo_shopper)),
+        (
+            "POST",
+            "/api/demo/session",
+            post(shoppers::create_demo_shopper),
+        ),
         (
             "POST",
             "/api/demo/checkout-session",

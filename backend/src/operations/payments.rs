@@ -11,7 +11,7 @@ use crate::operations::accounts::Principal;
 use crate::operations::answers;
 use crate::operations::error::ApiError;
 use crate::operations::events;
-use crate::store::{EntryKind, LedgerEntry, NewPayment, PaymentRow, Tx};
+use crate::store::{Payer, PaymentChange, PaymentRow, Tx};
 use crate::{clock, ids};
 
 /// A validated payment request: this shopper pays this session.
@@ -48,78 +48,53 @@ impl Operation<Tx> for Charge {
         let shopper = claim.scope.as_str();
         let session_id = self.checkout_session_id.as_str();
         let payment_id = ids::new_id("pay_");
-        // The session first: paid at most once, and never after it expired.
-        let Some(session) = tx
-            .take_session(session_id, &payment_id, claim.now_ms)
-            .await?
-        else {
-            return not_payable(tx, session_id).await;
-        };
-        // Test money never pays a live session, nor live money a test one. An error, not an
-        // outcome: the session is open again with the rollback, and nothing is stored.
-        if session.livemode != self.livemode {
-            return Err(mode_mismatch(session.livemode));
-        }
-        if session.currency != self.currency {
-            return Err(ApiError::InvalidRequest(format!(
-                "the session is in {}; this account pays in {}",
-                session.currency, self.currency
-            )));
-        }
-        // The guarded debit. Short of money: the session is open again, and the decline is
-        // this key's outcome.
-        let Some(balance) = tx.debit(shopper, session.amount).await? else {
-            tx.release_session(session_id, &payment_id).await?;
-            let balance = tx.balance(shopper).await?;
-            let mut problem = Problem::new(
-                402,
-                ErrorCode::InsufficientFunds,
-                format!(
-                    "the balance {balance} is less than the amount {}",
-                    session.amount
-                ),
-            );
-            problem.balance = Some(balance);
-            return Ok(Decision::Respond(answers::declined(&problem)));
-        };
-        let inserted = tx
-            .insert_payment(
+        // The session taken (paid at most once, never after it expired), the guarded debit,
+        // the payment and the transfer in double entry: one change, in one statement where
+        // the database allows.
+        let change = tx
+            .pay(
                 claim,
-                &NewPayment {
+                &Payer {
                     payment_id: &payment_id,
                     checkout_session_id: session_id,
                     shopper_account_id: shopper,
-                    shop_account_id: &session.shop_account_id,
-                    order_id: &session.order_id,
-                    amount: session.amount,
-                    currency: &session.currency,
-                    balance_after: balance,
+                    livemode: self.livemode,
+                    currency: &self.currency,
                 },
             )
             .await?;
-        if !inserted {
+        let (session, balance) = match change {
+            PaymentChange::Paid { session, balance } => (session, balance),
+            PaymentChange::SessionNotOpen => return not_payable(tx, session_id).await,
+            // Test money never pays a live session, nor live money a test one. An error, not
+            // an outcome: the session is open again with the rollback, and nothing is stored.
+            PaymentChange::Mismatch(session) if session.livemode != self.livemode => {
+                return Err(mode_mismatch(session.livemode));
+            }
+            PaymentChange::Mismatch(session) => {
+                return Err(ApiError::InvalidRequest(format!(
+                    "the session is in {}; this account pays in {}",
+                    session.currency, self.currency
+                )));
+            }
+            // Short of money: the session is open again, and the decline is this key's outcome.
+            PaymentChange::Short(session) => {
+                tx.release_session(session_id, &payment_id).await?;
+                let balance = tx.balance(shopper).await?;
+                let mut problem = Problem::new(
+                    402,
+                    ErrorCode::InsufficientFunds,
+                    format!(
+                        "the balance {balance} is less than the amount {}",
+                        session.amount
+                    ),
+                );
+                problem.balance = Some(balance);
+                return Ok(Decision::Respond(answers::declined(&problem)));
+            }
             // Another payment of this session committed first: the next attempt says so.
-            return Ok(Decision::Restart);
-        }
-        // The transfer, in double entry: the shopper's debit (with the key's claim), the shop's
-        // credit, which waits to be folded into the shop's balance.
-        for (account_id, amount, keyed_side) in [
-            (shopper, -session.amount, Some(claim)),
-            (session.shop_account_id.as_str(), session.amount, None),
-        ] {
-            tx.insert_ledger(&LedgerEntry {
-                account_id,
-                amount,
-                kind: EntryKind::Payment,
-                claim: keyed_side,
-                payment_id: Some(&payment_id),
-                refund_id: None,
-                created_at: claim.now_ms,
-            })
-            .await?;
-        }
-        tx.credit_unfolded(&payment_id, &session.shop_account_id, session.amount)
-            .await?;
+            PaymentChange::Raced => return Ok(Decision::Restart),
+        };
         let payment = Payment {
             payment_id,
             checkout_session_id: Some(self.checkout_session_id.clone()),
@@ -174,7 +149,8 @@ pub fn mode_mismatch(session_livemode: bool) -> ApiError {
     ApiError::ModeMismatch(if session_livemode {
         "this checkout session is paid with real money: sign in as a shopper (a test shopper pays only test sessions)".into()
     } else {
-        "this checkout session is in test mode: only a test shopper pays it, never real money".into()
+        "this checkout session is in test mode: only a test shopper pays it, never real money"
+            .into()
     })
 }
 

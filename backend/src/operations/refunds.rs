@@ -11,7 +11,7 @@ use crate::operations::answers;
 use crate::operations::error::ApiError;
 use crate::operations::events;
 use crate::operations::payments::not_found;
-use crate::store::{EntryKind, LedgerEntry, NewRefund, Refunded, Tx};
+use crate::store::{NewRefund, Refunded, Tx};
 use crate::{clock, ids};
 
 /// A validated refund request.
@@ -29,13 +29,19 @@ impl Operation<Tx> for RefundOrder {
 
     async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
         let shop = claim.scope.as_str();
-        // Never more than remains of the payment.
-        let Some(Refunded {
-            refunded_total,
-            shopper_account_id: shopper,
-            order_id,
-            currency,
-        }) = tx.add_refunded(shop, &self.payment_id, self.amount).await?
+        // Never more than remains of the payment; then every credit committed so far folded
+        // into the shop's balance, which holds under its row's lock until commit.
+        let Some((
+            Refunded {
+                refunded_total,
+                shopper_account_id: shopper,
+                order_id,
+                currency,
+            },
+            folded,
+        )) = tx
+            .add_refunded_and_fold(shop, &self.payment_id, self.amount)
+            .await?
         else {
             // Not stored: an unknown payment is the caller's mistake, not an outcome.
             let payment = tx
@@ -55,9 +61,22 @@ impl Operation<Tx> for RefundOrder {
             problem.refundable = Some(refundable);
             return Ok(Decision::Respond(answers::declined(&problem)));
         };
-        // Never below zero: every credit committed so far folded in, then the guarded debit.
-        let folded = tx.fold_credits(shop).await?;
-        let Some(balance) = tx.debit(shop, self.amount).await? else {
+        // Never below zero: the guarded debit, the shopper's credit, the refund and the
+        // transfer in double entry.
+        let refund_id = ids::new_id("ref_");
+        let transferred = tx
+            .transfer_refund(
+                claim,
+                &shopper,
+                &NewRefund {
+                    refund_id: &refund_id,
+                    payment_id: &self.payment_id,
+                    amount: self.amount,
+                    refunded_total_after: refunded_total,
+                },
+            )
+            .await?;
+        let Some(balance) = transferred else {
             tx.undo_refunded(shop, &self.payment_id, self.amount)
                 .await?;
             let mut problem = Problem::new(
@@ -71,36 +90,6 @@ impl Operation<Tx> for RefundOrder {
             problem.balance = Some(folded);
             return Ok(Decision::Respond(answers::declined(&problem)));
         };
-        tx.credit(&shopper, self.amount).await?;
-        let refund_id = ids::new_id("ref_");
-        tx.insert_refund(
-            claim,
-            &NewRefund {
-                refund_id: &refund_id,
-                payment_id: &self.payment_id,
-                amount: self.amount,
-                refunded_total_after: refunded_total,
-                balance_after: balance,
-            },
-        )
-        .await?;
-        // The transfer, in double entry: the shop's debit (with the key's claim), the shopper's
-        // credit.
-        for (account_id, amount, keyed_side) in [
-            (shop, -self.amount, Some(claim)),
-            (shopper.as_str(), self.amount, None),
-        ] {
-            tx.insert_ledger(&LedgerEntry {
-                account_id,
-                amount,
-                kind: EntryKind::Refund,
-                claim: keyed_side,
-                payment_id: Some(&self.payment_id),
-                refund_id: Some(&refund_id),
-                created_at: claim.now_ms,
-            })
-            .await?;
-        }
         let refund = Refund {
             refund_id,
             payment_id: self.payment_id.clone(),

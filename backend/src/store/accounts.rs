@@ -342,6 +342,7 @@ impl Store {
 }
 
 impl Tx {
+    #[allow(clippy::too_many_arguments)] // one per column of the row
     pub async fn insert_account(
         &mut self,
         account_id: &str,

@@ -28,7 +28,10 @@ pub struct NewDeposit<'a> {
 }
 
 impl Tx {
-    pub async fn live_shopper_by_email(&mut self, email: &str) -> Result<Option<String>, StoreError> {
+    pub async fn live_shopper_by_email(
+        &mut self,
+        email: &str,
+    ) -> Result<Option<String>, StoreError> {
         self.fetch_optional(LIVE_SHOPPER_BY_EMAIL, &[Arg::Text(email)], |row| {
             row.text("account_id")
         })

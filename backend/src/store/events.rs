@@ -371,21 +371,23 @@ impl Store {
 }
 
 impl Tx {
-    /// Writes an event into the outbox, in this transaction: it commits with the change.
+    /// Writes an event into the outbox, in this transaction: it commits with the change. On
+    /// PostgreSQL it travels with the key's stored answer, or alone before `COMMIT`.
     pub async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<(), StoreError> {
-        let statement = self.spelled(SQLITE_INSERT_EVENT, POSTGRES_INSERT_EVENT);
-        self.execute(
-            statement,
-            &[
-                Arg::Text(event.event_id),
-                Arg::Text(event.shop_account_id),
-                Arg::Text(event.event_type),
-                Arg::Text(event.subject_id),
-                Arg::Text(event.body),
-                Arg::Int(event.created_at),
-            ],
-        )
-        .await
-        .map(|_| ())
+        let args = [
+            Arg::Text(event.event_id),
+            Arg::Text(event.shop_account_id),
+            Arg::Text(event.event_type),
+            Arg::Text(event.subject_id),
+            Arg::Text(event.body),
+            Arg::Int(event.created_at),
+        ];
+        match self {
+            Tx::Postgres(tx) => {
+                tx.defer(POSTGRES_INSERT_EVENT, &args);
+                Ok(())
+            }
+            Tx::Sqlite(_) => self.execute(SQLITE_INSERT_EVENT, &args).await.map(|_| ()),
+        }
     }
 }

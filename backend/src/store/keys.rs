@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use checkout_idempotency::{Claim, KeyRecord, KeyStore, KeyTx, StoredResponse, Work};
+use checkout_idempotency::{Claim, Claimed, KeyRecord, KeyStore, KeyTx, StoredResponse, Work};
 
 use super::row::{Arg, Row, RowError, Template};
 use super::{Store, StoreError, Tx};
@@ -36,12 +36,24 @@ pub static SQLITE_CLAIM_KEY: LazyLock<String> =
 /// for longer than a duplicate waits for the key, but still not forever.
 const WORK_LOCK_TIMEOUT: &str = "5s";
 
-/// `set_config` runs in RETURNING, i.e. only once the key is claimed: it lifts the claim's
-/// short bound to the work bound without a round trip of its own.
+/// The claim as PostgreSQL runs it: one statement that either claims the key or reads the live
+/// key that holds it, so that a replay is one round trip after `BEGIN`. `set_config` runs in
+/// RETURNING, i.e. only once the key is claimed: it lifts the claim's short bound to the work
+/// bound without a round trip of its own. The holder is read in the statement's snapshot: one
+/// that committed while the claim waited for it is not seen, and the protocol claims again.
 pub static POSTGRES_CLAIM_KEY: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{} RETURNING claim_id, set_config('lock_timeout', '{WORK_LOCK_TIMEOUT}', true)",
-        CLAIM_KEY
+        "WITH claimed AS ({CLAIM_KEY} \
+              RETURNING claim_id, set_config('lock_timeout', '{WORK_LOCK_TIMEOUT}', true) AS lifted) \
+         SELECT claim_id, lifted, NULL::text AS request_hash, NULL::text AS request_body, \
+                NULL::text AS status, NULL::bigint AS response_status, \
+                NULL::text AS response_body, NULL::bigint AS created_at \
+           FROM claimed \
+         UNION ALL \
+         SELECT NULL, NULL, request_hash, request_body, status, response_status, response_body, \
+                created_at \
+           FROM idempotency_keys \
+          WHERE account_id = $1 AND idempotency_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
     )
 });
 
@@ -103,52 +115,63 @@ impl Store {
 impl KeyTx for Tx {
     type Error = StoreError;
 
-    async fn claim(&mut self, claim: &Claim, expired_before_ms: i64) -> Result<bool, StoreError> {
-        let statement = self.spelled(&SQLITE_CLAIM_KEY, &POSTGRES_CLAIM_KEY);
-        let claimed = self
-            .fetch_all(
-                statement,
-                &[
-                    Arg::Text(&claim.scope),
-                    Arg::Text(&claim.key),
-                    Arg::Text(&claim.claim_id),
-                    Arg::Text(&claim.request_hash),
-                    Arg::Int(claim.now_ms),
-                    Arg::Int(expired_before_ms),
-                    Arg::Text(&claim.request_body),
-                ],
-                |row| row.text("claim_id"),
-            )
-            .await?;
-        Ok(!claimed.is_empty())
-    }
-
-    async fn stored_key(
+    async fn claim(
         &mut self,
-        scope: &str,
-        key: &str,
-    ) -> Result<Option<KeyRecord>, StoreError> {
-        self.fetch_optional(STORED_KEY, &[Arg::Text(scope), Arg::Text(key)], read_key)
-            .await
+        claim: &Claim,
+        expired_before_ms: i64,
+    ) -> Result<Claimed, StoreError> {
+        let statement = self.spelled(&SQLITE_CLAIM_KEY, &POSTGRES_CLAIM_KEY);
+        let args = [
+            Arg::Text(&claim.scope),
+            Arg::Text(&claim.key),
+            Arg::Text(&claim.claim_id),
+            Arg::Text(&claim.request_hash),
+            Arg::Int(claim.now_ms),
+            Arg::Int(expired_before_ms),
+            Arg::Text(&claim.request_body),
+        ];
+        let rows = self
+            .fetch_all(statement, &args, |row| {
+                Ok(match row.opt_text("claim_id")? {
+                    Some(_) => None,
+                    None => Some(read_key(row)?),
+                })
+            })
+            .await?;
+        match rows.into_iter().next() {
+            Some(None) => Ok(Claimed::Ours),
+            Some(Some(holder)) => Ok(Claimed::Taken(Some(holder))),
+            None if matches!(self, Tx::Postgres(_)) => Ok(Claimed::Taken(None)),
+            // SQLite: this transaction holds the only writer, so the holder is read as
+            // committed, by a second statement that costs no round trip.
+            None => Ok(Claimed::Taken(
+                self.fetch_optional(
+                    STORED_KEY,
+                    &[Arg::Text(&claim.scope), Arg::Text(&claim.key)],
+                    read_key,
+                )
+                .await?,
+            )),
+        }
     }
 
+    /// On PostgreSQL the writes the change deferred (its event) travel in this statement.
     async fn complete(
         &mut self,
         claim: &Claim,
         response: &StoredResponse,
     ) -> Result<(), StoreError> {
-        let done = self
-            .execute(
-                COMPLETE_KEY,
-                &[
-                    Arg::Text(&claim.scope),
-                    Arg::Text(&claim.key),
-                    Arg::Text(&claim.claim_id),
-                    Arg::Int(i64::from(response.status)),
-                    Arg::Text(&response.body),
-                ],
-            )
-            .await?;
+        let args = [
+            Arg::Text(&claim.scope),
+            Arg::Text(&claim.key),
+            Arg::Text(&claim.claim_id),
+            Arg::Int(i64::from(response.status)),
+            Arg::Text(&response.body),
+        ];
+        let done = match self {
+            Tx::Postgres(tx) => tx.execute_with_deferred(COMPLETE_KEY, &args).await?,
+            Tx::Sqlite(_) => self.execute(COMPLETE_KEY, &args).await?,
+        };
         if done == 1 {
             Ok(())
         } else {

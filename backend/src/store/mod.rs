@@ -24,17 +24,17 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use checkout_idempotency::{Classify, Failure, Finish, Work};
-use sqlx::{Postgres, Transaction};
 
 pub use accounts::{AccountKind, AccountRow, ShopRow, TokenHolder};
 pub use deposits::NewDeposit;
 pub use events::{EventRow, EventSettled, NewEvent, OutboxBacklog};
 pub use payments::{
-    EntryKind, LedgerEntry, NewPayment, NewRefund, PaymentRow, RefundRow, Refunded,
+    EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,
+    Refunded,
 };
-pub use postgres::PgStore;
-pub use row::Template;
+pub use postgres::{PgStore, PgTx, compose_with_deferred};
 use row::{Arg, ReadRow};
+pub use row::{Template, replace_placeholders};
 pub use sessions::{ExpiredSession, NewSession, SessionRow, TakenSession};
 pub use sqlite::{SqliteStore, SqliteTx, WriterStats};
 
@@ -138,7 +138,7 @@ pub enum Store {
 pub enum Tx {
     /// The SQLite writer's connection, inside the unit's savepoint of the current batch.
     Sqlite(SqliteTx),
-    Postgres(Transaction<'static, Postgres>),
+    Postgres(PgTx),
 }
 
 /// A future borrowing the transaction it runs in, for [`Store::write`].
@@ -157,22 +157,22 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.transaction(work).await,
             Store::Postgres(store) => {
-                let mut tx = Tx::Postgres(store.begin().await?);
+                let mut tx = Tx::Postgres(PgTx::new(store.begin().await?));
                 let finish = work.run(&mut tx).await;
                 let Tx::Postgres(tx) = tx else {
                     unreachable!("a PostgreSQL store lends only PostgreSQL transactions");
                 };
                 match finish {
                     Ok(Finish::Commit(output)) => {
-                        tx.commit().await.map_err(postgres::classify_commit)?;
+                        tx.commit().await?;
                         Ok(output)
                     }
                     Ok(Finish::Rollback(output)) => {
-                        let _ = tx.rollback().await;
+                        tx.rollback().await;
                         Ok(output)
                     }
                     Err(error) => {
-                        let _ = tx.rollback().await;
+                        tx.rollback().await;
                         Err(error)
                     }
                 }
@@ -282,7 +282,7 @@ impl Tx {
     ) -> Result<Vec<T>, StoreError> {
         match self {
             Tx::Sqlite(tx) => tx.fetch_all(sql, args, read),
-            Tx::Postgres(tx) => postgres::fetch_all(&mut **tx, sql, args, read).await,
+            Tx::Postgres(tx) => tx.fetch_all(sql, args, read).await,
         }
     }
 
@@ -309,7 +309,7 @@ impl Tx {
     async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
         match self {
             Tx::Sqlite(tx) => tx.execute(sql, args),
-            Tx::Postgres(tx) => postgres::execute(&mut **tx, sql, args).await,
+            Tx::Postgres(tx) => tx.execute(sql, args).await,
         }
     }
 }

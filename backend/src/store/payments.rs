@@ -5,6 +5,7 @@
 use checkout_idempotency::Claim;
 
 use super::row::{Arg, Row, RowError};
+use super::sessions::TakenSession;
 use super::{Store, StoreError, Tx};
 
 /// The guarded debit: touches no row when the balance is short, so it never goes negative.
@@ -49,6 +50,54 @@ pub const INSERT_PAYMENT: &str = "\
             (SELECT livemode FROM checkout_sessions WHERE session_id = $2)) \
     ON CONFLICT (checkout_session_id) DO NOTHING";
 
+/// A payment's whole change on PostgreSQL in one statement (one round trip instead of six):
+/// the session taken, the shopper's guarded debit, the payment, the transfer's two ledger rows
+/// and the shop's waiting credit, each step fed by the rows of the one before, so that a step
+/// that matches nothing leaves every later step nothing to write. The same guards as the
+/// statements above, spelled out again because a data-modifying `WITH` cannot call them; the
+/// caller checks what each step touched (see [`PaymentChange`]) and rolls back a change that
+/// went only part of the way. Livemode and currency must match the shopper's ($5, $6) or
+/// nothing is debited. The debit reads the session through subqueries, not a join, so that the
+/// shopper's row is found by its key: a join's plan may scan the table, and under a stream of
+/// payments a scan walks every dead version of the shoppers' rows.
+pub const POSTGRES_PAY: &str = "\
+    WITH session AS ( \
+        UPDATE checkout_sessions SET status = 'paid', payment_id = $2 \
+         WHERE session_id = $1 AND status = 'open' AND expires_at > $3 \
+        RETURNING shop_account_id, order_id, amount, currency, livemode), \
+    debit AS ( \
+        UPDATE accounts SET balance = balance - (SELECT amount FROM session) \
+         WHERE account_id = $4 AND balance >= (SELECT amount FROM session) \
+           AND EXISTS (SELECT 1 FROM session WHERE livemode = $5 AND currency = $6) \
+        RETURNING balance), \
+    payment AS ( \
+        INSERT INTO payments (payment_id, checkout_session_id, shopper_account_id, \
+                              shop_account_id, order_id, amount, currency, balance_after, \
+                              idempotency_key, created_at, livemode) \
+        SELECT $2, $1, $4, s.shop_account_id, s.order_id, s.amount, s.currency, d.balance, $7, \
+               $3, s.livemode \
+          FROM session s, debit d \
+        ON CONFLICT (checkout_session_id) DO NOTHING \
+        RETURNING payment_id, shop_account_id, amount), \
+    ledger AS ( \
+        INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, \
+                            refund_id, created_at) \
+        SELECT $4, -p.amount, 'payment', $7, $8, p.payment_id, NULL, $3 FROM payment p \
+        UNION ALL \
+        SELECT p.shop_account_id, p.amount, 'payment', NULL, NULL, p.payment_id, NULL, $3 \
+          FROM payment p \
+        RETURNING 1), \
+    credit AS ( \
+        INSERT INTO unfolded_credits (payment_id, account_id, amount) \
+        SELECT payment_id, shop_account_id, amount FROM payment \
+        RETURNING 1) \
+    SELECT s.shop_account_id, s.order_id, s.amount, s.currency, s.livemode, \
+           (SELECT balance FROM debit) AS balance, \
+           (SELECT count(*) FROM payment) AS payments, \
+           (SELECT count(*) FROM ledger) AS ledger_rows, \
+           (SELECT count(*) FROM credit) AS credits \
+      FROM session s";
+
 /// A payment as its shop sees it (refunds are the shop's).
 pub const PAYMENT_OF_SHOP: &str = "\
     SELECT payment_id, checkout_session_id, shopper_account_id, shop_account_id, order_id, \
@@ -70,6 +119,53 @@ pub const INSERT_REFUND: &str = "\
     INSERT INTO refunds (refund_id, payment_id, amount, refunded_total_after, balance_after, \
                          idempotency_key, created_at) \
     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// A refund's first step on PostgreSQL in one statement: [`ADD_REFUNDED`], then, if it took,
+/// the shop's waiting credits folded into its balance under the row's lock, as
+/// [`POSTGRES_FOLD_CREDITS`] does. No row when the refund would exceed what remains (or the
+/// payment is not this shop's). The debit is the next statement's: one statement cannot
+/// update the shop's row twice, and whether the debit took must be known.
+pub const POSTGRES_ADD_REFUNDED_AND_FOLD: &str = "\
+    WITH refunded AS ( \
+        UPDATE payments SET refunded = refunded + $3 \
+         WHERE payment_id = $1 AND shop_account_id = $2 AND refunded + $3 <= amount \
+        RETURNING refunded, shopper_account_id, order_id, currency), \
+    folded AS ( \
+        DELETE FROM unfolded_credits \
+         WHERE account_id = $2 AND EXISTS (SELECT 1 FROM refunded) RETURNING amount), \
+    shop AS ( \
+        UPDATE accounts SET balance = balance + COALESCE((SELECT SUM(amount) FROM folded), 0) \
+         WHERE account_id = $2 AND EXISTS (SELECT 1 FROM refunded) RETURNING balance) \
+    SELECT r.refunded, r.shopper_account_id, r.order_id, r.currency, \
+           (SELECT balance FROM shop) AS balance \
+      FROM refunded r";
+
+/// A refund's transfer on PostgreSQL in one statement: the shop's guarded debit, the shopper's
+/// credit, the refund row and the two ledger rows, each step fed by the one before; the caller
+/// checks what each touched.
+pub const POSTGRES_TRANSFER_REFUND: &str = "\
+    WITH shop AS ( \
+        UPDATE accounts SET balance = balance - $3 \
+         WHERE account_id = $2 AND balance >= $3 RETURNING balance), \
+    shopper AS ( \
+        UPDATE accounts SET balance = balance + $3 \
+         WHERE account_id = $4 AND EXISTS (SELECT 1 FROM shop) RETURNING balance), \
+    refund AS ( \
+        INSERT INTO refunds (refund_id, payment_id, amount, refunded_total_after, balance_after, \
+                             idempotency_key, created_at) \
+        SELECT $5, $1, $3, $6, s.balance, $7, $8 FROM shop s, shopper \
+        RETURNING refund_id), \
+    ledger AS ( \
+        INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, \
+                            refund_id, created_at) \
+        SELECT $2, -$3, 'refund', $7, $9, $1, r.refund_id, $8 FROM refund r \
+        UNION ALL \
+        SELECT $4, $3, 'refund', NULL, NULL, $1, r.refund_id, $8 FROM refund r \
+        RETURNING 1) \
+    SELECT (SELECT balance FROM shop) AS balance, \
+           (SELECT count(*) FROM shopper) AS credited, \
+           (SELECT count(*) FROM refund) AS refunds, \
+           (SELECT count(*) FROM ledger) AS ledger_rows";
 
 /// The payment and its refunds in one statement (one snapshot), for either party to it.
 /// `refunded_total_after` grows with every refund, so it orders them as they happened.
@@ -184,6 +280,15 @@ pub struct Refunded {
     pub currency: String,
 }
 
+fn read_refunded(row: &dyn Row) -> Result<Refunded, RowError> {
+    Ok(Refunded {
+        refunded_total: row.int("refunded")?,
+        shopper_account_id: row.text("shopper_account_id")?,
+        order_id: row.text("order_id")?,
+        currency: row.text("currency")?,
+    })
+}
+
 pub struct NewPayment<'a> {
     pub payment_id: &'a str,
     pub checkout_session_id: &'a str,
@@ -195,12 +300,37 @@ pub struct NewPayment<'a> {
     pub balance_after: i64,
 }
 
+/// Who pays which session, for [`Tx::pay`].
+pub struct Payer<'a> {
+    pub payment_id: &'a str,
+    pub checkout_session_id: &'a str,
+    pub shopper_account_id: &'a str,
+    /// The shopper's mode and currency: the session must be of both.
+    pub livemode: bool,
+    pub currency: &'a str,
+}
+
+/// How far a payment's change went ([`Tx::pay`]).
+#[derive(Debug)]
+pub enum PaymentChange {
+    /// The session is not open: unknown, paid, or expired (the caller reads which).
+    SessionNotOpen,
+    /// The session is of another mode or currency than the shopper's: it was taken and nothing
+    /// else; the caller rolls back.
+    Mismatch(TakenSession),
+    /// The shopper's balance is short: the session was taken and nothing else.
+    Short(TakenSession),
+    /// Another payment of this session committed first; the caller runs it again.
+    Raced,
+    /// Paid in full: the session's terms and the shopper's balance after.
+    Paid { session: TakenSession, balance: i64 },
+}
+
 pub struct NewRefund<'a> {
     pub refund_id: &'a str,
     pub payment_id: &'a str,
     pub amount: i64,
     pub refunded_total_after: i64,
-    pub balance_after: i64,
 }
 
 impl Store {
@@ -229,6 +359,231 @@ impl Store {
 }
 
 impl Tx {
+    /// A payment's change: the session taken, the guarded debit, the payment, its two ledger
+    /// rows and the shop's waiting credit. PostgreSQL runs it as one statement
+    /// ([`POSTGRES_PAY`]); SQLite, whose statements cost no round trip, one by one.
+    pub async fn pay(
+        &mut self,
+        claim: &Claim,
+        payer: &Payer<'_>,
+    ) -> Result<PaymentChange, StoreError> {
+        if matches!(self, Tx::Postgres(_)) {
+            return self.pay_composed(claim, payer).await;
+        }
+        let Some(session) = self
+            .take_session(payer.checkout_session_id, payer.payment_id, claim.now_ms)
+            .await?
+        else {
+            return Ok(PaymentChange::SessionNotOpen);
+        };
+        if session.livemode != payer.livemode || session.currency != payer.currency {
+            return Ok(PaymentChange::Mismatch(session));
+        }
+        let Some(balance) = self.debit(payer.shopper_account_id, session.amount).await? else {
+            return Ok(PaymentChange::Short(session));
+        };
+        let inserted = self
+            .insert_payment(
+                claim,
+                &NewPayment {
+                    payment_id: payer.payment_id,
+                    checkout_session_id: payer.checkout_session_id,
+                    shopper_account_id: payer.shopper_account_id,
+                    shop_account_id: &session.shop_account_id,
+                    order_id: &session.order_id,
+                    amount: session.amount,
+                    currency: &session.currency,
+                    balance_after: balance,
+                },
+            )
+            .await?;
+        if !inserted {
+            return Ok(PaymentChange::Raced);
+        }
+        // The transfer, in double entry: the shopper's debit (with the key's claim), the shop's
+        // credit, which waits to be folded into the shop's balance.
+        for (account_id, amount, keyed_side) in [
+            (payer.shopper_account_id, -session.amount, Some(claim)),
+            (session.shop_account_id.as_str(), session.amount, None),
+        ] {
+            self.insert_ledger(&LedgerEntry {
+                account_id,
+                amount,
+                kind: EntryKind::Payment,
+                claim: keyed_side,
+                payment_id: Some(payer.payment_id),
+                refund_id: None,
+                created_at: claim.now_ms,
+            })
+            .await?;
+        }
+        self.credit_unfolded(payer.payment_id, &session.shop_account_id, session.amount)
+            .await?;
+        Ok(PaymentChange::Paid { session, balance })
+    }
+
+    async fn pay_composed(
+        &mut self,
+        claim: &Claim,
+        payer: &Payer<'_>,
+    ) -> Result<PaymentChange, StoreError> {
+        let row = self
+            .fetch_optional(
+                POSTGRES_PAY,
+                &[
+                    Arg::Text(payer.checkout_session_id),
+                    Arg::Text(payer.payment_id),
+                    Arg::Int(claim.now_ms),
+                    Arg::Text(payer.shopper_account_id),
+                    Arg::Int(i64::from(payer.livemode)),
+                    Arg::Text(payer.currency),
+                    Arg::Text(&claim.key),
+                    Arg::Text(&claim.claim_id),
+                ],
+                |row| {
+                    Ok((
+                        TakenSession {
+                            shop_account_id: row.text("shop_account_id")?,
+                            order_id: row.text("order_id")?,
+                            amount: row.int("amount")?,
+                            currency: row.text("currency")?,
+                            livemode: row.int("livemode")? == 1,
+                        },
+                        row.opt_int("balance")?,
+                        [
+                            row.int("payments")?,
+                            row.int("ledger_rows")?,
+                            row.int("credits")?,
+                        ],
+                    ))
+                },
+            )
+            .await?;
+        let Some((session, balance, written)) = row else {
+            return Ok(PaymentChange::SessionNotOpen);
+        };
+        if session.livemode != payer.livemode || session.currency != payer.currency {
+            return Ok(PaymentChange::Mismatch(session));
+        }
+        let Some(balance) = balance else {
+            return Ok(PaymentChange::Short(session));
+        };
+        match written {
+            [1, 2, 1] => Ok(PaymentChange::Paid { session, balance }),
+            [0, 0, 0] => Ok(PaymentChange::Raced),
+            // Never expected: the steps are chained. Rolled back rather than half kept.
+            _ => Err(StoreError::Other(
+                format!("a payment's change wrote {written:?} rows (payment, ledger, credit)")
+                    .into(),
+            )),
+        }
+    }
+
+    /// A refund's first step: [`Self::add_refunded`], then the shop's waiting credits folded
+    /// into its balance, which is returned (the row stays locked: the balance holds until
+    /// commit). `None` when the refund would exceed what remains, or the payment is not this
+    /// shop's; nothing is folded then. One statement on PostgreSQL.
+    pub async fn add_refunded_and_fold(
+        &mut self,
+        shop_account_id: &str,
+        payment_id: &str,
+        amount: i64,
+    ) -> Result<Option<(Refunded, i64)>, StoreError> {
+        if matches!(self, Tx::Postgres(_)) {
+            return self
+                .fetch_optional(
+                    POSTGRES_ADD_REFUNDED_AND_FOLD,
+                    &[
+                        Arg::Text(payment_id),
+                        Arg::Text(shop_account_id),
+                        Arg::Int(amount),
+                    ],
+                    |row| Ok((read_refunded(row)?, row.int("balance")?)),
+                )
+                .await;
+        }
+        let Some(refunded) = self
+            .add_refunded(shop_account_id, payment_id, amount)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let balance = self.fold_credits(shop_account_id).await?;
+        Ok(Some((refunded, balance)))
+    }
+
+    /// A refund's transfer: the shop's guarded debit, the shopper's credit, the refund row and
+    /// the transfer's two ledger rows. The shop's balance after, or `None` (nothing written)
+    /// when it is short. One statement on PostgreSQL.
+    pub async fn transfer_refund(
+        &mut self,
+        claim: &Claim,
+        shopper_account_id: &str,
+        refund: &NewRefund<'_>,
+    ) -> Result<Option<i64>, StoreError> {
+        let shop = claim.scope.as_str();
+        if matches!(self, Tx::Postgres(_)) {
+            let (balance, written) = self
+                .fetch_one(
+                    POSTGRES_TRANSFER_REFUND,
+                    &[
+                        Arg::Text(refund.payment_id),
+                        Arg::Text(shop),
+                        Arg::Int(refund.amount),
+                        Arg::Text(shopper_account_id),
+                        Arg::Text(refund.refund_id),
+                        Arg::Int(refund.refunded_total_after),
+                        Arg::Text(&claim.key),
+                        Arg::Int(claim.now_ms),
+                        Arg::Text(&claim.claim_id),
+                    ],
+                    |row| {
+                        Ok((
+                            row.opt_int("balance")?,
+                            [
+                                row.int("credited")?,
+                                row.int("refunds")?,
+                                row.int("ledger_rows")?,
+                            ],
+                        ))
+                    },
+                )
+                .await?;
+            return match (balance, written) {
+                (Some(balance), [1, 1, 2]) => Ok(Some(balance)),
+                (None, [0, 0, 0]) => Ok(None),
+                // Never expected: the steps are chained. Rolled back rather than half kept.
+                _ => Err(StoreError::Other(
+                    format!("a refund's transfer wrote {written:?} rows (credit, refund, ledger)")
+                        .into(),
+                )),
+            };
+        }
+        let Some(balance) = self.debit(shop, refund.amount).await? else {
+            return Ok(None);
+        };
+        self.credit(shopper_account_id, refund.amount).await?;
+        self.insert_refund(claim, refund, balance).await?;
+        // The transfer, in double entry: the shop's debit (with the key's claim), the shopper's
+        // credit.
+        for (account_id, amount, keyed_side) in [
+            (shop, -refund.amount, Some(claim)),
+            (shopper_account_id, refund.amount, None),
+        ] {
+            self.insert_ledger(&LedgerEntry {
+                account_id,
+                amount,
+                kind: EntryKind::Refund,
+                claim: keyed_side,
+                payment_id: Some(refund.payment_id),
+                refund_id: Some(refund.refund_id),
+                created_at: claim.now_ms,
+            })
+            .await?;
+        }
+        Ok(Some(balance))
+    }
+
     /// The guarded debit: the new balance, or `None` when the balance is short.
     pub async fn debit(
         &mut self,
@@ -368,14 +723,7 @@ impl Tx {
                 Arg::Text(shop_account_id),
                 Arg::Int(amount),
             ],
-            |row| {
-                Ok(Refunded {
-                    refunded_total: row.int("refunded")?,
-                    shopper_account_id: row.text("shopper_account_id")?,
-                    order_id: row.text("order_id")?,
-                    currency: row.text("currency")?,
-                })
-            },
+            read_refunded,
         )
         .await
     }
@@ -402,6 +750,7 @@ impl Tx {
         &mut self,
         claim: &Claim,
         refund: &NewRefund<'_>,
+        balance_after: i64,
     ) -> Result<(), StoreError> {
         self.execute(
             INSERT_REFUND,
@@ -410,7 +759,7 @@ impl Tx {
                 Arg::Text(refund.payment_id),
                 Arg::Int(refund.amount),
                 Arg::Int(refund.refunded_total_after),
-                Arg::Int(refund.balance_after),
+                Arg::Int(balance_after),
                 Arg::Text(&claim.key),
                 Arg::Int(claim.now_ms),
             ],

@@ -16,7 +16,7 @@ use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::{PgExecutor, PgPool, Postgres, Row as _, Transaction};
 
-use super::row::{Arg, ReadRow, Row, RowError};
+use super::row::{Arg, OwnedArg, ReadRow, Row, RowError, replace_placeholders};
 use super::{ConnectError, StoreError};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -27,6 +27,9 @@ pub struct PgStore {
     /// Transactions waiting for a connection of the pool now.
     pub waiting: Arc<AtomicU64>,
 }
+
+/// A pooled connection idle this long is pinged before it is lent.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 pub async fn connect(
     url: &str,
@@ -39,6 +42,18 @@ pub async fn connect(
     let pool = PgPoolOptions::new()
         .max_connections(pool_size)
         .acquire_timeout(Duration::from_secs(5))
+        // sqlx pings every connection it hands out: a round trip before each transaction. A
+        // connection in steady use is known alive, so only one idle for a while is pinged; one
+        // that broke meanwhile fails its first statement (`503`, nothing done) and is dropped.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for < IDLE_BEFORE_PING {
+                    return Ok(true);
+                }
+                Ok(sqlx::Connection::ping(conn).await.is_ok())
+            })
+        })
         .after_connect(move |conn, _| {
             let statement = set_lock_timeout.clone();
             Box::pin(async move {
@@ -62,6 +77,107 @@ impl PgStore {
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         begun.map_err(classify)
     }
+}
+
+/// A PostgreSQL transaction, with the writes it sends later than asked. A write whose only
+/// outcome is a row written or an error (an event into the outbox) need not cost a round trip
+/// of its own: it travels in the next statement that must be sent anyway, as a data-modifying
+/// `WITH` (the key's stored answer, see [`PgTx::execute_with_deferred`]), or alone just before
+/// `COMMIT`. Either way it is in the transaction, and its failure rolls all of it back.
+pub struct PgTx {
+    tx: Transaction<'static, Postgres>,
+    deferred: Vec<(&'static str, Vec<OwnedArg>)>,
+}
+
+impl PgTx {
+    pub(super) fn new(tx: Transaction<'static, Postgres>) -> PgTx {
+        PgTx {
+            tx,
+            deferred: Vec::new(),
+        }
+    }
+
+    pub(super) async fn fetch_all<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        fetch_all(&mut *self.tx, sql, args, read).await
+    }
+
+    pub(super) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        execute(&mut *self.tx, sql, args).await
+    }
+
+    /// Sends `sql` later, in this transaction (see above): only for a statement that writes
+    /// and whose result nobody reads.
+    pub(super) fn defer(&mut self, sql: &'static str, args: &[Arg<'_>]) {
+        self.deferred
+            .push((sql, args.iter().copied().map(OwnedArg::from).collect()));
+    }
+
+    /// Runs `sql` (an `UPDATE`, `INSERT` or `DELETE` without a `WITH` of its own) with the
+    /// deferred writes before it in one statement; returns the rows `sql` itself touched. The
+    /// writes do not see each other's rows (one snapshot): only writes that need not are
+    /// deferred.
+    pub(super) async fn execute_with_deferred(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+    ) -> Result<u64, StoreError> {
+        if self.deferred.is_empty() {
+            return self.execute(sql, args).await;
+        }
+        let deferred = std::mem::take(&mut self.deferred);
+        let composed = compose_with_deferred(
+            sql,
+            args.len(),
+            &deferred
+                .iter()
+                .map(|(statement, args)| (*statement, args.len()))
+                .collect::<Vec<_>>(),
+        );
+        let mut all_args: Vec<Arg<'_>> = args.to_vec();
+        for (_, statement_args) in &deferred {
+            all_args.extend(statement_args.iter().map(OwnedArg::borrow));
+        }
+        execute(&mut *self.tx, &composed, &all_args).await
+    }
+
+    pub(super) async fn commit(mut self) -> Result<(), StoreError> {
+        for (statement, args) in std::mem::take(&mut self.deferred) {
+            let args: Vec<Arg<'_>> = args.iter().map(OwnedArg::borrow).collect();
+            execute(&mut *self.tx, statement, &args).await?;
+        }
+        self.tx.commit().await.map_err(classify_commit)
+    }
+
+    pub(super) async fn rollback(self) {
+        let _ = self.tx.rollback().await;
+    }
+}
+
+/// `sql` (with `sql_params` placeholders) preceded by the deferred statements (each with its
+/// count of placeholders) as data-modifying `WITH`s, their placeholders numbered after the
+/// ones before: the text [`PgTx::execute_with_deferred`] sends, its arguments in that order.
+pub fn compose_with_deferred(sql: &str, sql_params: usize, deferred: &[(&str, usize)]) -> String {
+    let mut composed = String::from("WITH ");
+    let mut offset = sql_params;
+    for (i, (statement, params)) in deferred.iter().enumerate() {
+        if i > 0 {
+            composed.push_str(", ");
+        }
+        composed.push_str(&format!("deferred_{i} AS ("));
+        composed.push_str(&replace_placeholders(statement, |n| {
+            format!("${}", n + offset)
+        }));
+        composed.push(')');
+        offset += params;
+    }
+    composed.push(' ');
+    composed.push_str(sql);
+    composed
 }
 
 // -- statements --------------------------------------------------------------------------------

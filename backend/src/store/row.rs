@@ -102,3 +102,39 @@ impl Template {
         })
     }
 }
+
+/// `sql` with each `$n` placeholder replaced by `with(n)`: a statement composed into another
+/// (its placeholders shifted), or spelled out for a tool that binds its own way (the bench's
+/// pgbench scripts), so that one text of each statement serves every use.
+pub fn replace_placeholders(sql: &str, with: impl Fn(usize) -> String) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match after[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&with(n)),
+            Err(_) => out.push('$'),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_placeholders;
+
+    #[test]
+    fn placeholders_are_replaced_by_number_and_nothing_else() {
+        assert_eq!(
+            replace_placeholders("a = $1 AND b = $12 AND c = $now AND d = '$'", |n| format!(
+                "${}",
+                n + 5
+            )),
+            "a = $6 AND b = $17 AND c = $now AND d = '$'"
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! A payment's or a refund's change is whole or nothing. On PostgreSQL each runs as a few
+//! composed statements whose steps feed each other (`store/payments.rs`); here every step that
+//! can find nothing is made to, and the database is read afterwards: nothing of the declined
+//! request remains (no payment, ledger row, waiting credit, refund or event; balances and the
+//! session as they were), and its key replays the same decline.
+
+use checkout_testkit as support;
+
+/// The server under test: this package's own binary.
+const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use support::{Backend, OPENING_BALANCE, Server, TestDb, new_key, pay_session};
+
+checkout_testkit::on_both_databases!(
+    a_session_paid_meanwhile_leaves_nothing_of_the_losers,
+    a_short_balance_leaves_the_session_open_and_nothing_written,
+    a_session_lapsed_at_that_instant_is_declined_whole,
+    a_refund_over_the_remainder_leaves_nothing,
+);
+
+/// Everything a payment of `session_id` writes, counted: payments, their ledger rows, their
+/// waiting credits, their events; and the session's status and payment.
+async fn footprint(db: &TestDb, session_id: &str) -> (i64, i64, i64, i64, String) {
+    let of_payments = |table: &str, column: &str| {
+        format!(
+            "SELECT COUNT(*) FROM {table} WHERE {column} IN \
+               (SELECT payment_id FROM payments WHERE checkout_session_id = '{session_id}')"
+        )
+    };
+    (
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM payments WHERE checkout_session_id = '{session_id}'"
+        ))
+        .await,
+        db.scalar(&of_payments("ledger", "payment_id")).await,
+        db.scalar(&of_payments("unfolded_credits", "payment_id"))
+            .await,
+        db.scalar(&of_payments("webhook_events", "subject_id"))
+            .await,
+        db.scalar_text(&format!(
+            "SELECT status || '/' || COALESCE(payment_id, '-') FROM checkout_sessions \
+              WHERE session_id = '{session_id}'"
+        ))
+        .await,
+    )
+}
+
+async fn a_session_paid_meanwhile_leaves_nothing_of_the_losers(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка").await;
+    let session_id = shop.session("ord-race", 25_000).await;
+    let mut shoppers = Vec::new();
+    for _ in 0..8 {
+        shoppers.push(server.api().shopper().await);
+    }
+    let keys: Vec<String> = shoppers.iter().map(|_| new_key()).collect();
+    let body = pay_session(&session_id);
+
+    // Eight shoppers pay one session at once: the session is taken by one change, and every
+    // other change finds it taken at its first step.
+    let answers = join_all(
+        shoppers
+            .iter()
+            .zip(&keys)
+            .map(|(shopper, key)| shopper.pay_until_definite(key, &body)),
+    )
+    .await;
+    let winners: Vec<usize> = (0..8)
+        .filter(|&i| answers[i].status == StatusCode::CREATED)
+        .collect();
+    assert_eq!(winners.len(), 1, "one payment takes the session");
+    let payment_id = answers[winners[0]].json()["payment_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (i, answer) in answers.iter().enumerate() {
+        if i == winners[0] {
+            continue;
+        }
+        answer.assert_problem(409, "session_already_paid");
+        assert_eq!(answer.json()["payment_id"], payment_id.as_str());
+        assert_eq!(shoppers[i].balance().await, OPENING_BALANCE, "loser {i}");
+        let again = shoppers[i].pay(&keys[i], &body).await;
+        assert!(again.replayed(), "the decline is the key's outcome");
+        assert_eq!(again.body, answer.body);
+    }
+    assert_eq!(
+        shoppers[winners[0]].balance().await,
+        OPENING_BALANCE - 25_000
+    );
+    assert_eq!(
+        footprint(&db, &session_id).await,
+        (1, 2, 1, 1, format!("paid/{payment_id}")),
+        "one payment, its two ledger rows, one waiting credit, one event"
+    );
+    db.assert_invariants().await;
+}
+
+async fn a_short_balance_leaves_the_session_open_and_nothing_written(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка").await;
+    let shopper = server.api().shopper().await;
+    let session_id = shop.session("ord-dear", OPENING_BALANCE + 1).await;
+    let key = new_key();
+
+    // The session is taken, then the debit finds the balance short.
+    let declined = shopper.pay(&key, &pay_session(&session_id)).await;
+    declined.assert_problem(402, "insufficient_funds");
+    assert_eq!(declined.json()["balance"], OPENING_BALANCE);
+    assert_eq!(
+        footprint(&db, &session_id).await,
+        (0, 0, 0, 0, "open/-".to_owned()),
+        "the session is open again and nothing was written"
+    );
+    assert_eq!(shopper.balance().await, OPENING_BALANCE);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM webhook_events").await,
+        0,
+        "no event of any kind"
+    );
+    let again = shopper.pay(&key, &pay_session(&session_id)).await;
+    assert!(again.replayed());
+    assert_eq!(again.body, declined.body);
+
+    db.assert_invariants().await;
+}
+
+async fn a_session_lapsed_at_that_instant_is_declined_whole(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка").await;
+    let shopper = server.api().shopper().await;
+    let session_id = shop.session("ord-late", 5_000).await;
+    // Lapsed this very millisecond, and not yet closed by any sweep: only the change's own
+    // guard on the time stands between it and a payment.
+    db.execute(&format!(
+        "UPDATE checkout_sessions SET expires_at = {} WHERE session_id = '{session_id}'",
+        checkout_idempotency::now_ms()
+    ))
+    .await;
+
+    let key = new_key();
+    let late = shopper.pay(&key, &pay_session(&session_id)).await;
+    late.assert_problem(410, "session_expired");
+    let (payments, ledger, credits, events, state) = footprint(&db, &session_id).await;
+    assert_eq!((payments, ledger, credits, events), (0, 0, 0, 0));
+    assert!(
+        state == "open/-" || state == "expired/-",
+        "never paid: {state}"
+    );
+    assert_eq!(shopper.balance().await, OPENING_BALANCE);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM webhook_events WHERE type = 'payment.succeeded'")
+            .await,
+        0
+    );
+    let again = shopper.pay(&key, &pay_session(&session_id)).await;
+    assert!(again.replayed());
+    assert_eq!(again.body, late.body);
+    db.assert_invariants().await;
+}
+
+async fn a_refund_over_the_remainder_leaves_nothing(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка").await;
+    let shopper = server.api().shopper().await;
+    let paid = shopper
+        .pay(&new_key(), &shop.checkout("ord-1", 30_000).await)
+        .await;
+    let payment_id = paid.json()["payment_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        shop.refund(&payment_id, &new_key(), 20_000).await.status,
+        StatusCode::CREATED
+    );
+    // A second payment to the shop: its credit waits, unfolded, beside the shop's balance.
+    let other = server.api().shopper().await;
+    let waiting = other
+        .pay(&new_key(), &shop.checkout("ord-2", 7_000).await)
+        .await;
+    assert_eq!(waiting.status, StatusCode::CREATED);
+    let shop_row = format!(
+        "SELECT balance FROM accounts WHERE account_id = \
+           (SELECT shop_account_id FROM payments WHERE payment_id = '{payment_id}')"
+    );
+    let before = (
+        db.scalar(&shop_row).await,
+        db.scalar("SELECT COUNT(*) FROM unfolded_credits").await,
+        db.scalar("SELECT COUNT(*) FROM refunds").await,
+        db.scalar("SELECT COUNT(*) FROM ledger").await,
+        db.scalar("SELECT COUNT(*) FROM webhook_events").await,
+    );
+
+    // 10 000 remains: 10 001 is refused at the first step, and nothing after it runs, not
+    // even the folding of the waiting credit.
+    let key = new_key();
+    let over = shop.refund(&payment_id, &key, 10_001).await;
+    over.assert_problem(409, "refund_exceeds_payment");
+    assert_eq!(over.json()["refundable"], 10_000);
+    let after = (
+        db.scalar(&shop_row).await,
+        db.scalar("SELECT COUNT(*) FROM unfolded_credits").await,
+        db.scalar("SELECT COUNT(*) FROM refunds").await,
+        db.scalar("SELECT COUNT(*) FROM ledger").await,
+        db.scalar("SELECT COUNT(*) FROM webhook_events").await,
+    );
+    assert_eq!(
+        after, before,
+        "balance row, waiting credits, refunds, ledger, events"
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT refunded FROM payments WHERE payment_id = '{payment_id}'"
+        ))
+        .await,
+        20_000
+    );
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 30_000 + 20_000);
+    let again = shop.refund(&payment_id, &key, 10_001).await;
+    assert!(again.replayed());
+    assert_eq!(again.body, over.body);
+    // What remains is still refundable, whole.
+    let rest = shop.refund(&payment_id, &new_key(), 10_000).await;
+    assert_eq!(rest.status, StatusCode::CREATED, "{}", rest.body);
+    assert_eq!(shopper.balance().await, OPENING_BALANCE);
+    assert_eq!(shop.balance().await, 7_000);
+    db.assert_invariants().await;
+}
