@@ -61,6 +61,9 @@ enum Sent {
     Failed(String),
 }
 
+/// The least time between two claims of due events by one worker.
+const CLAIM_SPACING: Duration = Duration::from_millis(20);
+
 /// Starts the worker; `wake` makes it look for due events at once (after a payment, a refund or
 /// a redelivery request).
 pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> JoinHandle<()> {
@@ -77,7 +80,13 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
             }
         };
         let mut sending = JoinSet::new();
+        let mut last_claim = tokio::time::Instant::now();
         loop {
+            // Every payment wakes the worker; under a stream of payments, claims a few
+            // milliseconds apart would each cost the database a write transaction for what the
+            // next one finds anyway. Wakes within the spacing are gathered into one claim.
+            tokio::time::sleep_until(last_claim + CLAIM_SPACING).await;
+            last_claim = tokio::time::Instant::now();
             let free = settings.in_flight.saturating_sub(sending.len());
             let mut full_batch = false;
             if free > 0 {
