@@ -230,3 +230,88 @@ async fn a_refund_over_the_remainder_leaves_nothing(backend: Backend) {
     assert_eq!(shop.balance().await, 7_000);
     db.assert_invariants().await;
 }
+
+/// The statements of the payment path the server sent, in order, as sqlx logs them (a `BEGIN`
+/// and `COMMIT` travel besides; background work's statements are left out by name).
+fn payment_statements(log: &[String]) -> Vec<&'static str> {
+    const PAYMENT_PATH: [(&str, &str); 12] = [
+        ("summary=\"SELECT account_id, currency, kind", "credential"),
+        ("summary=\"WITH claimed", "claim"),
+        ("summary=\"WITH session", "change"),
+        ("summary=\"WITH deferred_0", "answer with event"),
+        ("summary=\"INSERT INTO idempotency_keys", "claim (separate)"),
+        ("summary=\"UPDATE idempotency_keys", "answer (separate)"),
+        ("summary=\"UPDATE checkout_sessions", "session (separate)"),
+        ("summary=\"UPDATE accounts", "debit (separate)"),
+        ("summary=\"INSERT INTO payments", "payment (separate)"),
+        ("summary=\"INSERT INTO ledger", "ledger (separate)"),
+        (
+            "summary=\"INSERT INTO unfolded_credits",
+            "credit (separate)",
+        ),
+        ("summary=\"INSERT INTO webhook_events", "event (separate)"),
+    ];
+    log.iter()
+        .filter(|line| line.contains("sqlx::query"))
+        .filter_map(|line| {
+            PAYMENT_PATH
+                .iter()
+                .find(|(start, _)| line.contains(start))
+                .map(|(_, name)| *name)
+        })
+        .collect()
+}
+
+/// PostgreSQL: a keyed payment is `BEGIN`, the claim, the change, the answer carrying the
+/// event, `COMMIT`; its replay `BEGIN`, the claim, `ROLLBACK`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_keyed_payment_is_five_round_trips_on_postgres() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let server = Server::start_with(
+        SERVER,
+        &db,
+        &[("RUST_LOG", "info,sqlx=warn,sqlx::query=debug")],
+    )
+    .await;
+    let shop = server.add_shop("Лавка").await;
+    let shopper = server.api().shopper().await;
+    let body = shop.checkout("ord-rt", 1_000).await;
+    // A test shopper's token is read once, then known for a while (it always names the same
+    // account): in steady state a payment reads no credential.
+    shopper.balance().await;
+    let key = new_key();
+    assert_eq!(
+        statements_of(&server, shopper.pay(&key, &body)).await,
+        ["claim", "change", "answer with event"]
+    );
+    assert_eq!(
+        statements_of(&server, shopper.pay(&key, &body)).await,
+        ["claim"],
+        "a replay is answered by the claim"
+    );
+}
+
+/// What the payment path sent for one request: the server's log from before it to its
+/// response's own log line (written after every statement of the request).
+async fn statements_of(
+    server: &Server,
+    request: impl std::future::Future<Output = support::Answer>,
+) -> Vec<&'static str> {
+    let responses = |log: &str| log.matches("finished processing request").count();
+    let before = server.log();
+    let answer = request.await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
+    support::wait_until(
+        "the request's log line",
+        std::time::Duration::from_secs(5),
+        || async { responses(&server.log()) > responses(&before) },
+    )
+    .await;
+    let log = server.log();
+    let lines: Vec<String> = log
+        .lines()
+        .skip(before.lines().count())
+        .map(str::to_owned)
+        .collect();
+    payment_statements(&lines)
+}
