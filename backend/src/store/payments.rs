@@ -310,6 +310,13 @@ pub struct Payer<'a> {
     pub currency: &'a str,
 }
 
+impl Payer<'_> {
+    /// Whether this shopper's money may pay the session: the same mode and currency.
+    fn pays_in(&self, session: &TakenSession) -> bool {
+        session.livemode == self.livemode && session.currency == self.currency
+    }
+}
+
 /// How far a payment's change went ([`Tx::pay`]).
 #[derive(Debug)]
 pub enum PaymentChange {
@@ -376,7 +383,7 @@ impl Tx {
         else {
             return Ok(PaymentChange::SessionNotOpen);
         };
-        if session.livemode != payer.livemode || session.currency != payer.currency {
+        if !payer.pays_in(&session) {
             return Ok(PaymentChange::Mismatch(session));
         }
         let Some(balance) = self.debit(payer.shopper_account_id, session.amount).await? else {
@@ -442,13 +449,7 @@ impl Tx {
                 ],
                 |row| {
                     Ok((
-                        TakenSession {
-                            shop_account_id: row.text("shop_account_id")?,
-                            order_id: row.text("order_id")?,
-                            amount: row.int("amount")?,
-                            currency: row.text("currency")?,
-                            livemode: row.int("livemode")? == 1,
-                        },
+                        TakenSession::read(row)?,
                         row.opt_int("balance")?,
                         [
                             row.int("payments")?,
@@ -462,7 +463,7 @@ impl Tx {
         let Some((session, balance, written)) = row else {
             return Ok(PaymentChange::SessionNotOpen);
         };
-        if session.livemode != payer.livemode || session.currency != payer.currency {
+        if !payer.pays_in(&session) {
             return Ok(PaymentChange::Mismatch(session));
         }
         let Some(balance) = balance else {

@@ -117,6 +117,19 @@ pub struct TakenSession {
     pub livemode: bool,
 }
 
+impl TakenSession {
+    /// The columns [`TAKE_SESSION`] returns (and the payment's composed change, after it).
+    pub(super) fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(TakenSession {
+            shop_account_id: row.text("shop_account_id")?,
+            order_id: row.text("order_id")?,
+            amount: row.int("amount")?,
+            currency: row.text("currency")?,
+            livemode: row.int("livemode")? == 1,
+        })
+    }
+}
+
 /// A session that lapsed unpaid, as the shop hears of it.
 #[derive(Clone, Debug)]
 pub struct ExpiredSession {
@@ -195,15 +208,7 @@ impl Tx {
                 Arg::Text(payment_id),
                 Arg::Int(now_ms),
             ],
-            |row| {
-                Ok(TakenSession {
-                    shop_account_id: row.text("shop_account_id")?,
-                    order_id: row.text("order_id")?,
-                    amount: row.int("amount")?,
-                    currency: row.text("currency")?,
-                    livemode: row.int("livemode")? == 1,
-                })
-            },
+            TakenSession::read,
         )
         .await
     }
