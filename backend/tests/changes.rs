@@ -9,95 +9,16 @@ use checkout_testkit as support;
 /// The server under test: this package's own binary.
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
-use futures::future::join_all;
 use reqwest::StatusCode;
 use support::{Backend, OPENING_BALANCE, Server, TestDb, new_key, pay_session};
 
+// A session taken meanwhile (the change's first step finds nothing) is
+// `shops.rs::shoppers_racing_for_one_session_pay_it_once`.
 checkout_testkit::on_both_databases!(
-    a_session_paid_meanwhile_leaves_nothing_of_the_losers,
     a_short_balance_leaves_the_session_open_and_nothing_written,
     a_session_lapsed_at_that_instant_is_declined_whole,
     a_refund_over_the_remainder_leaves_nothing,
 );
-
-/// Everything a payment of `session_id` writes, counted: payments, their ledger rows, their
-/// waiting credits, their events; and the session's status and payment.
-async fn footprint(db: &TestDb, session_id: &str) -> (i64, i64, i64, i64, String) {
-    let of_payments = |table: &str, column: &str| {
-        format!(
-            "SELECT COUNT(*) FROM {table} WHERE {column} IN \
-               (SELECT payment_id FROM payments WHERE checkout_session_id = '{session_id}')"
-        )
-    };
-    (
-        db.scalar(&format!(
-            "SELECT COUNT(*) FROM payments WHERE checkout_session_id = '{session_id}'"
-        ))
-        .await,
-        db.scalar(&of_payments("ledger", "payment_id")).await,
-        db.scalar(&of_payments("unfolded_credits", "payment_id"))
-            .await,
-        db.scalar(&of_payments("webhook_events", "subject_id"))
-            .await,
-        db.scalar_text(&format!(
-            "SELECT status || '/' || COALESCE(payment_id, '-') FROM checkout_sessions \
-              WHERE session_id = '{session_id}'"
-        ))
-        .await,
-    )
-}
-
-async fn a_session_paid_meanwhile_leaves_nothing_of_the_losers(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let server = Server::start(SERVER, &db).await;
-    let shop = server.add_shop("Лавка").await;
-    let session_id = shop.session("ord-race", 25_000).await;
-    let mut shoppers = Vec::new();
-    for _ in 0..8 {
-        shoppers.push(server.api().shopper().await);
-    }
-    let keys: Vec<String> = shoppers.iter().map(|_| new_key()).collect();
-    let body = pay_session(&session_id);
-
-    // Eight shoppers pay one session at once: the session is taken by one change, and every
-    // other change finds it taken at its first step.
-    let answers = join_all(
-        shoppers
-            .iter()
-            .zip(&keys)
-            .map(|(shopper, key)| shopper.pay_until_definite(key, &body)),
-    )
-    .await;
-    let winners: Vec<usize> = (0..8)
-        .filter(|&i| answers[i].status == StatusCode::CREATED)
-        .collect();
-    assert_eq!(winners.len(), 1, "one payment takes the session");
-    let payment_id = answers[winners[0]].json()["payment_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    for (i, answer) in answers.iter().enumerate() {
-        if i == winners[0] {
-            continue;
-        }
-        answer.assert_problem(409, "session_already_paid");
-        assert_eq!(answer.json()["payment_id"], payment_id.as_str());
-        assert_eq!(shoppers[i].balance().await, OPENING_BALANCE, "loser {i}");
-        let again = shoppers[i].pay(&keys[i], &body).await;
-        assert!(again.replayed(), "the decline is the key's outcome");
-        assert_eq!(again.body, answer.body);
-    }
-    assert_eq!(
-        shoppers[winners[0]].balance().await,
-        OPENING_BALANCE - 25_000
-    );
-    assert_eq!(
-        footprint(&db, &session_id).await,
-        (1, 2, 1, 1, format!("paid/{payment_id}")),
-        "one payment, its two ledger rows, one waiting credit, one event"
-    );
-    db.assert_invariants().await;
-}
 
 async fn a_short_balance_leaves_the_session_open_and_nothing_written(backend: Backend) {
     let db = TestDb::new(backend).await;
@@ -112,7 +33,7 @@ async fn a_short_balance_leaves_the_session_open_and_nothing_written(backend: Ba
     declined.assert_problem(402, "insufficient_funds");
     assert_eq!(declined.json()["balance"], OPENING_BALANCE);
     assert_eq!(
-        footprint(&db, &session_id).await,
+        db.payment_footprint(&session_id).await,
         (0, 0, 0, 0, "open/-".to_owned()),
         "the session is open again and nothing was written"
     );
@@ -146,7 +67,7 @@ async fn a_session_lapsed_at_that_instant_is_declined_whole(backend: Backend) {
     let key = new_key();
     let late = shopper.pay(&key, &pay_session(&session_id)).await;
     late.assert_problem(410, "session_expired");
-    let (payments, ledger, credits, events, state) = footprint(&db, &session_id).await;
+    let (payments, ledger, credits, events, state) = db.payment_footprint(&session_id).await;
     assert_eq!((payments, ledger, credits, events), (0, 0, 0, 0));
     assert!(
         state == "open/-" || state == "expired/-",

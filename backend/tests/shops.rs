@@ -154,7 +154,8 @@ async fn shoppers_racing_for_one_session_pay_it_once(backend: Backend) {
     for _ in 0..15 {
         shoppers.push(server.api().shopper().await);
     }
-    let body = shop.checkout("ord-race", 20_000).await;
+    let session_id = shop.session("ord-race", 20_000).await;
+    let body = pay_session(&session_id);
     let keys: Vec<String> = shoppers.iter().map(|_| new_key()).collect();
     let answers = join_all(
         shoppers
@@ -194,6 +195,12 @@ async fn shoppers_racing_for_one_session_pay_it_once(backend: Backend) {
     );
     assert_eq!(shop.balance().await, 20_000);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, 1);
+    // Every loser's change found the session taken at its first step, and left nothing.
+    assert_eq!(
+        db.payment_footprint(&session_id).await,
+        (1, 2, 1, 1, format!("paid/{}", payment_id.as_str().unwrap())),
+        "one payment, its two ledger rows, one waiting credit, one event"
+    );
     db.assert_invariants().await;
 }
 

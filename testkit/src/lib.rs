@@ -93,6 +93,33 @@ impl TestDb {
         sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
     }
 
+    /// Everything the payments of `session_id` wrote, counted (payments, their ledger rows,
+    /// their waiting credits, their events), and the session's `status/payment_id`.
+    pub async fn payment_footprint(&self, session_id: &str) -> (i64, i64, i64, i64, String) {
+        let of_payments = |table: &str, column: &str| {
+            format!(
+                "SELECT COUNT(*) FROM {table} WHERE {column} IN \
+                   (SELECT payment_id FROM payments WHERE checkout_session_id = '{session_id}')"
+            )
+        };
+        (
+            self.scalar(&format!(
+                "SELECT COUNT(*) FROM payments WHERE checkout_session_id = '{session_id}'"
+            ))
+            .await,
+            self.scalar(&of_payments("ledger", "payment_id")).await,
+            self.scalar(&of_payments("unfolded_credits", "payment_id"))
+                .await,
+            self.scalar(&of_payments("webhook_events", "subject_id"))
+                .await,
+            self.scalar_text(&format!(
+                "SELECT status || '/' || COALESCE(payment_id, '-') FROM checkout_sessions \
+                  WHERE session_id = '{session_id}'"
+            ))
+            .await,
+        )
+    }
+
     pub async fn execute(&self, sql: &str) {
         let mut conn = self.connect().await;
         sqlx::query(sql).execute(&mut conn).await.unwrap();
