@@ -55,6 +55,7 @@ pub fn main_with(seams: Seams) -> ExitCode {
         Some(Command::Shopper {
             action: ShopperCommand::Show { email },
         }) => return shopper_show(&cli.config, &email),
+        Some(Command::Verify { json }) => return verify(&cli.config, json),
         None => {}
     }
     let config = cli.config;
@@ -174,6 +175,90 @@ fn shop_set_origins(config: &Config, shop_id: &str, origins: &[String]) -> ExitC
             .map_err(|e| e.to_string())?;
         Ok(serde_json::json!({ "shop_id": shop_id, "origins": origins }).to_string())
     })
+}
+
+/// At most this many ids of one broken invariant are printed (all are counted).
+const IDS_SHOWN: usize = 20;
+
+/// `checkout-server verify`: the books' invariants in one snapshot, as a report or JSON.
+fn verify(config: &Config, json: bool) -> ExitCode {
+    use crate::store::invariants::{Scope, verify_database};
+    let database = config.database_url_redacted();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("checkout-server: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let verified = match runtime.block_on(verify_database(&config.database_url, Scope::Service)) {
+        Ok(verified) => verified,
+        Err(error) => {
+            eprintln!("checkout-server: cannot verify {database}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        let invariants: Vec<_> = verified
+            .checked
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.invariant.name,
+                    "says": c.invariant.says,
+                    "over": c.invariant.over,
+                    "rows": c.rows,
+                    "violation_count": c.violations.len(),
+                    "violations": &c.violations[..c.violations.len().min(1_000)],
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "database": database,
+                "holds": verified.holds(),
+                "took_ms": verified.took.as_millis() as u64,
+                "invariants": invariants,
+            })
+        );
+    } else {
+        let verdict = if verified.holds() {
+            "the books balance"
+        } else {
+            "INVARIANTS BROKEN"
+        };
+        println!(
+            "{verdict}: {} invariants of {database} in one snapshot, {:.2} s",
+            verified.checked.len(),
+            verified.took.as_secs_f64()
+        );
+        let width = verified
+            .checked
+            .iter()
+            .map(|c| c.invariant.name.len())
+            .max()
+            .unwrap_or(0);
+        for c in &verified.checked {
+            let (mark, found) = match c.violations.len() {
+                0 => ("ok  ", String::new()),
+                n => {
+                    let shown = c.violations[..n.min(IDS_SHOWN)].join(", ");
+                    let more = if n > IDS_SHOWN { ", …" } else { "" };
+                    ("FAIL", format!("  {n} violating: {shown}{more}"))
+                }
+            };
+            println!(
+                "{mark} {:width$}  {:>9} {}{found}",
+                c.invariant.name, c.rows, c.invariant.over
+            );
+        }
+    }
+    if verified.holds() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 /// An operator's command over the server's database (beside a running server, which keeps its

@@ -32,6 +32,16 @@ pub enum Command {
         #[command(subcommand)]
         action: ShopperCommand,
     },
+    /// Checks every invariant of the books (each transfer sums to zero, balances equal their
+    /// ledger, one payment per session, one event per change…) in one consistent read-only
+    /// snapshot, beside a running server and without blocking it. Prints each invariant, the
+    /// rows it covered and the ids breaking it; exits 0 when all hold, 1 when one is broken,
+    /// 2 when the check could not run.
+    Verify {
+        /// One JSON object instead of the report.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Test money or live money, as an operator names it.
@@ -273,6 +283,12 @@ pub struct Config {
     #[arg(long = "keys-in-progress", env = "CHECKOUT_KEYS_IN_PROGRESS", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub keys_in_progress: u32,
+
+    /// Checks the books' invariants every this many seconds (as `checkout-server verify`
+    /// does), exporting `checkout_invariant_violations{invariant}`; unset: never.
+    #[arg(long = "verify-secs", env = "CHECKOUT_VERIFY_SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub verify_secs: Option<u64>,
 
     /// `text` (the default) or `json`: one JSON object per line, for log pipelines.
     #[arg(

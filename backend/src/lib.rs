@@ -25,6 +25,7 @@ pub mod store;
 pub mod workers;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use checkout_idempotency::{Hooks, Protocol};
@@ -33,7 +34,7 @@ use crate::api::AppState;
 use crate::config::Config;
 use crate::operations::{demo, shops};
 use crate::store::Store;
-use crate::workers::{delivery, sweeper};
+use crate::workers::{delivery, sweeper, verifier};
 
 /// What a test or benchmark build adds to the server. The shipped binary runs with the
 /// default, which adds nothing.
@@ -101,6 +102,9 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         deliveries.clone(),
     );
     let delivery = delivery::spawn(store.clone(), config.delivery(), deliveries.clone());
+    let verifier = config
+        .verify_secs
+        .map(|secs| verifier::spawn(store.clone(), Duration::from_secs(secs)));
     let mut protocol = Protocol::new(config.key_ttl()).with_lock_timeout(config.lock_timeout());
     if let Some(hooks) = seams.hooks {
         protocol = protocol.with_hooks(hooks);
@@ -142,6 +146,9 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     .map_err(StartError::Serve)?;
     sweeper.abort();
     delivery.abort();
+    if let Some(verifier) = verifier {
+        verifier.abort();
+    }
     tracing::info!("stopped");
     Ok(())
 }

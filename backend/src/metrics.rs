@@ -91,6 +91,21 @@ pub fn outbox_now(depth: i64, oldest_age_ms: i64) {
     metrics::gauge!("checkout_outbox_oldest_age_seconds").set(oldest_age_ms as f64 / 1000.0);
 }
 
+/// One invariant of the books, as the last periodic check found it.
+pub fn invariant_checked(invariant: &'static str, violations: usize) {
+    metrics::gauge!("checkout_invariant_violations", "invariant" => invariant)
+        .set(violations as f64);
+}
+
+/// A periodic check of the invariants finished.
+pub fn verified(took: Duration) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    metrics::gauge!("checkout_verify_last_run_timestamp_seconds").set(now.as_secs_f64());
+    metrics::gauge!("checkout_verify_duration_seconds").set(took.as_secs_f64());
+}
+
 /// What each metric means, for the exporter's `# HELP` lines.
 pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -135,5 +150,19 @@ pub fn describe() {
     describe_counter!(
         "checkout_webhook_deliveries_total",
         "Webhook delivery attempts by result (delivered, retry, dead)"
+    );
+    describe_gauge!(
+        "checkout_invariant_violations",
+        "Rows breaking each invariant of the books at the last periodic check (CHECKOUT_VERIFY_SECS)"
+    );
+    describe_gauge!(
+        "checkout_verify_last_run_timestamp_seconds",
+        Unit::Seconds,
+        "When the last periodic check of the invariants finished (Unix time)"
+    );
+    describe_gauge!(
+        "checkout_verify_duration_seconds",
+        Unit::Seconds,
+        "How long the last periodic check of the invariants took"
     );
 }

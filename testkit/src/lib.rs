@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+use checkout_backend::store::invariants::{Scope, Verified, verify_database};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -125,192 +126,44 @@ impl TestDb {
         sqlx::query(sql).execute(&mut conn).await.unwrap();
     }
 
-    /// Every invariant of the contract, read from the tables; panics naming the one broken.
+    /// Every invariant of the books (the server's own list, as `checkout-server verify` runs
+    /// it), in one snapshot; panics naming each one broken and the ids breaking it.
     pub async fn assert_invariants(&self) {
-        self.assert_invariants_with(true).await;
+        self.assert_invariants_in(Scope::KeysNeverReused).await;
     }
 
     /// As [`assert_invariants`], for a test that lets a key expire and be used again (so one
     /// key string may have moved money twice, each time under its own claim).
     pub async fn assert_invariants_after_key_reuse(&self) {
-        self.assert_invariants_with(false).await;
+        self.assert_invariants_in(Scope::Service).await;
     }
 
-    async fn assert_invariants_with(&self, one_movement_per_key: bool) {
-        let broken = self.broken_invariants(one_movement_per_key).await;
-        assert!(broken.is_empty(), "invariants broken: {broken:?}");
+    async fn assert_invariants_in(&self, scope: Scope) {
+        let verified = self.verify(scope).await;
+        let broken: Vec<String> = verified
+            .checked
+            .iter()
+            .filter(|c| !c.violations.is_empty())
+            .map(|c| {
+                format!(
+                    "{} ({}): {:?}",
+                    c.invariant.name, c.invariant.says, c.violations
+                )
+            })
+            .collect();
+        assert!(broken.is_empty(), "invariants broken: {broken:#?}");
     }
 
-    /// The names of the contract's invariants that the tables break right now.
-    pub async fn broken_invariants(&self, one_movement_per_key: bool) -> Vec<&'static str> {
-        let mut checks = vec![
-            (
-                "balance + unfolded credits == sum(ledger), balance never negative",
-                "\
-                SELECT COUNT(*) FROM accounts a WHERE (a.balance < 0 AND a.kind <> 'funding') OR a.balance \
-                  + (SELECT CAST(COALESCE(SUM(u.amount), 0) AS BIGINT) FROM unfolded_credits u WHERE u.account_id = a.account_id) \
-                  <> (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)",
-            ),
-            (
-                "the test balances sum to the test money issued (opening entries, test accounts only)",
-                "\
-                SELECT CAST(CASE WHEN \
-                  (SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE livemode = 0) \
-                  + (SELECT COALESCE(SUM(u.amount), 0) FROM unfolded_credits u JOIN accounts a ON a.account_id = u.account_id WHERE a.livemode = 0) \
-                  = (SELECT COALESCE(SUM(l.amount), 0) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
-                      WHERE l.kind = 'opening' AND a.livemode = 0) \
-                  AND NOT EXISTS (SELECT 1 FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
-                      WHERE l.kind = 'opening' AND a.livemode = 1) THEN 0 ELSE 1 END AS BIGINT)",
-            ),
-            (
-                "the live balances sum to the live money deposited, which the funding account gave",
-                "\
-                SELECT CAST(CASE WHEN \
-                  (SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE livemode = 1 AND kind <> 'funding') \
-                  + (SELECT COALESCE(SUM(u.amount), 0) FROM unfolded_credits u JOIN accounts a ON a.account_id = u.account_id WHERE a.livemode = 1) \
-                  = (SELECT COALESCE(SUM(amount), 0) FROM deposits) \
-                  AND (SELECT COALESCE(SUM(amount), 0) FROM deposits) \
-                    = -(SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE kind = 'funding') \
-                  THEN 0 ELSE 1 END AS BIGINT)",
-            ),
-            (
-                "every transfer's accounts are of one mode",
-                "\
-                SELECT COUNT(*) FROM (SELECT l.kind, l.payment_id, l.refund_id, l.deposit_id FROM ledger l \
-                  JOIN accounts a ON a.account_id = l.account_id WHERE l.kind <> 'opening' \
-                  GROUP BY l.kind, l.payment_id, l.refund_id, l.deposit_id \
-                  HAVING MIN(a.livemode) <> MAX(a.livemode)) t",
-            ),
-            (
-                "a payment is of its session's mode",
-                "\
-                SELECT COUNT(*) FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
-                 WHERE p.livemode <> s.livemode \
-                    OR s.livemode <> (SELECT a.livemode FROM accounts a WHERE a.account_id = s.shop_account_id)",
-            ),
-            (
-                "every deposit credits a live shopper and debits the funding account, once each, and has its event",
-                "\
-                SELECT COUNT(*) FROM deposits d WHERE \
-                  (SELECT COUNT(*) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
-                    WHERE l.deposit_id = d.deposit_id AND l.account_id = d.account_id AND l.amount = d.amount \
-                      AND a.livemode = 1 AND a.kind = 'shopper') <> 1 \
-                  OR (SELECT COUNT(*) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
-                    WHERE l.deposit_id = d.deposit_id AND a.kind = 'funding' AND l.amount = -d.amount) <> 1 \
-                  OR (SELECT COUNT(*) FROM webhook_events e WHERE e.type = 'deposit.succeeded' \
-                       AND e.subject_id = d.deposit_id) <> 1",
-            ),
-            (
-                "every transfer is two ledger rows summing to zero",
-                "\
-                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id, deposit_id FROM ledger WHERE kind <> 'opening' \
-                  GROUP BY kind, payment_id, refund_id, deposit_id HAVING COUNT(*) <> 2 OR SUM(amount) <> 0) t",
-            ),
-            (
-                "every transfer has exactly one row carrying its key's claim",
-                "\
-                SELECT COUNT(*) FROM (SELECT kind, payment_id, refund_id, deposit_id FROM ledger WHERE kind <> 'opening' \
-                  GROUP BY kind, payment_id, refund_id, deposit_id \
-                  HAVING SUM(CASE WHEN claim_id IS NOT NULL AND idempotency_key IS NOT NULL THEN 1 ELSE 0 END) <> 1) t",
-            ),
-            (
-                "every payment debits its shopper and credits its shop, once each",
-                "\
-                SELECT COUNT(*) FROM (SELECT p.payment_id, \
-                    SUM(CASE WHEN l.account_id = p.shopper_account_id AND l.amount = -p.amount THEN 1 ELSE 0 END) AS debits, \
-                    SUM(CASE WHEN l.account_id = p.shop_account_id AND l.amount = p.amount THEN 1 ELSE 0 END) AS credits \
-                  FROM payments p LEFT JOIN ledger l ON l.payment_id = p.payment_id AND l.kind = 'payment' \
-                  GROUP BY p.payment_id) t WHERE debits <> 1 OR credits <> 1",
-            ),
-            (
-                "every refund debits the shop and credits the shopper, once each",
-                "\
-                SELECT COUNT(*) FROM (SELECT r.refund_id, \
-                    SUM(CASE WHEN l.account_id = p.shop_account_id AND l.amount = -r.amount THEN 1 ELSE 0 END) AS debits, \
-                    SUM(CASE WHEN l.account_id = p.shopper_account_id AND l.amount = r.amount THEN 1 ELSE 0 END) AS credits \
-                  FROM refunds r JOIN payments p ON p.payment_id = r.payment_id \
-                  LEFT JOIN ledger l ON l.refund_id = r.refund_id AND l.kind = 'refund' \
-                  GROUP BY r.refund_id) t WHERE debits <> 1 OR credits <> 1",
-            ),
-            (
-                "refunds of a payment sum to its refunded total, at most its amount",
-                "\
-                SELECT COUNT(*) FROM payments p WHERE p.refunded > p.amount OR p.refunded <> \
-                  (SELECT CAST(COALESCE(SUM(r.amount), 0) AS BIGINT) FROM refunds r WHERE r.payment_id = p.payment_id)",
-            ),
-            (
-                "at most one payment per checkout session",
-                "\
-                SELECT COUNT(*) FROM (SELECT checkout_session_id FROM payments WHERE checkout_session_id IS NOT NULL \
-                  GROUP BY checkout_session_id HAVING COUNT(*) > 1) d",
-            ),
-            (
-                "a session is paid exactly when a payment of its amount to its shop names it",
-                "\
-                SELECT (SELECT COUNT(*) FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
-                    WHERE s.status <> 'paid' OR s.payment_id <> p.payment_id OR s.amount <> p.amount \
-                       OR s.shop_account_id <> p.shop_account_id OR s.order_id <> p.order_id) \
-                  + (SELECT COUNT(*) FROM checkout_sessions s WHERE (s.status = 'paid') <> \
-                    EXISTS (SELECT 1 FROM payments p WHERE p.payment_id = s.payment_id AND p.checkout_session_id = s.session_id))",
-            ),
-            (
-                "a shop's waiting credit is its payment's amount",
-                "\
-                SELECT COUNT(*) FROM unfolded_credits u LEFT JOIN payments p ON p.payment_id = u.payment_id \
-                 WHERE p.payment_id IS NULL OR u.account_id <> p.shop_account_id OR u.amount <> p.amount",
-            ),
-            (
-                "every payment has exactly one payment.succeeded event for its shop",
-                "\
-                SELECT COUNT(*) FROM payments p \
-                  LEFT JOIN (SELECT subject_id, shop_account_id, COUNT(*) AS n FROM webhook_events \
-                              WHERE type = 'payment.succeeded' GROUP BY subject_id, shop_account_id) e \
-                         ON e.subject_id = p.payment_id AND e.shop_account_id = p.shop_account_id \
-                 WHERE p.shop_account_id <> 'acc_before_shops' AND COALESCE(e.n, 0) <> 1",
-            ),
-            (
-                "every refund has exactly one refund.succeeded event, and no event lacks its change",
-                "\
-                SELECT (SELECT COUNT(*) FROM payments p \
-                    LEFT JOIN (SELECT payment_id, COUNT(*) AS n FROM refunds GROUP BY payment_id) r \
-                           ON r.payment_id = p.payment_id \
-                    LEFT JOIN (SELECT subject_id, COUNT(*) AS n FROM webhook_events \
-                                WHERE type = 'refund.succeeded' GROUP BY subject_id) e \
-                           ON e.subject_id = p.payment_id \
-                   WHERE p.shop_account_id <> 'acc_before_shops' AND COALESCE(r.n, 0) <> COALESCE(e.n, 0)) \
-                  + (SELECT COUNT(*) FROM webhook_events e LEFT JOIN payments p ON p.payment_id = e.subject_id \
-                      WHERE e.type IN ('payment.succeeded', 'refund.succeeded') AND p.payment_id IS NULL)",
-            ),
-            (
-                "every session that lapsed unpaid has exactly one checkout_session.expired event",
-                "\
-                SELECT COUNT(*) FROM (SELECT s.session_id FROM checkout_sessions s \
-                  LEFT JOIN webhook_events e ON e.subject_id = s.session_id \
-                       AND e.type = 'checkout_session.expired' \
-                 WHERE s.status = 'expired' \
-                 GROUP BY s.session_id HAVING COUNT(e.event_id) <> 1) t",
-            ),
-            (
-                "every committed key is done and has its stored response",
-                "\
-                SELECT COUNT(*) FROM idempotency_keys \
-                 WHERE status <> 'done' OR response_status IS NULL OR response_body IS NULL",
-            ),
-        ];
-        if one_movement_per_key {
-            checks.push(("at most one ledger movement per (principal, key)", "\
-                SELECT COUNT(*) FROM (SELECT account_id, idempotency_key FROM ledger \
-                  WHERE claim_id IS NOT NULL GROUP BY account_id, idempotency_key HAVING COUNT(*) > 1) d"));
-        }
-        let mut conn = self.connect().await;
-        let mut broken = Vec::new();
-        for (name, sql) in checks {
-            let count: i64 = sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap();
-            if count != 0 {
-                broken.push(name);
-            }
-        }
-        broken
+    /// The invariants checked in one snapshot, by the code `checkout-server verify` runs.
+    pub async fn verify(&self, scope: Scope) -> Verified {
+        verify_database(&self.url, scope)
+            .await
+            .expect("the invariants can be read")
+    }
+
+    /// The names of the invariants that the tables break right now.
+    pub async fn broken_invariants(&self) -> Vec<&'static str> {
+        self.verify(Scope::KeysNeverReused).await.broken()
     }
 }
 

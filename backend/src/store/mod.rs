@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod deposits;
 pub mod events;
+pub mod invariants;
 pub mod keys;
 pub mod payments;
 mod postgres;

@@ -257,6 +257,18 @@ impl SqliteStore {
         read: ReadRow<T>,
     ) -> Result<Vec<T>, StoreError> {
         let args: Vec<OwnedArg> = args.iter().map(|a| OwnedArg::from(*a)).collect();
+        self.on_reader(move |conn| {
+            let args: Vec<Arg<'_>> = args.iter().map(OwnedArg::borrow).collect();
+            fetch_all(conn, sql, &args, read)
+        })
+        .await
+    }
+
+    /// `f` on one of the readers' own connections, off the async threads.
+    pub async fn on_reader<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         // At most READERS reads at once: each gets a connection, none is opened twice.
         let _turn = self
@@ -265,13 +277,16 @@ impl SqliteStore {
             .acquire()
             .await
             .map_err(|e| StoreError::Unavailable(e.into()))?;
-        tokio::task::spawn_blocking(move || {
-            let args: Vec<Arg<'_>> = args.iter().map(OwnedArg::borrow).collect();
-            readers.with(|conn| fetch_all(conn, sql, &args, read))
-        })
-        .await
-        .map_err(|e| StoreError::Other(e.into()))?
+        tokio::task::spawn_blocking(move || readers.with(f))
+            .await
+            .map_err(|e| StoreError::Other(e.into()))?
     }
+}
+
+/// A connection that only reads the SQLite file of `url`, beside whoever writes it.
+pub fn open_reader(url: &str) -> Result<Connection, StoreError> {
+    let options = SqliteConnectOptions::from_str(url).map_err(|e| StoreError::Other(e.into()))?;
+    open(options.get_filename(), OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(classify)
 }
 
 /// Read-only connections, opened on demand and kept for reuse.
@@ -476,7 +491,7 @@ impl SqliteTx {
     }
 }
 
-fn fetch_all<T>(
+pub(super) fn fetch_all<T>(
     conn: &Connection,
     sql: &str,
     args: &[Arg<'_>],

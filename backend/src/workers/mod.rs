@@ -1,5 +1,7 @@
 //! What every instance runs in the background, beside the requests: the delivery of the outbox
-//! ([`delivery`]) and the sweeper of expired keys and lapsed sessions ([`sweeper`]).
+//! ([`delivery`]), the sweeper of expired keys and lapsed sessions ([`sweeper`]), and, when
+//! asked, the periodic check of the books' invariants ([`verifier`]).
 
 pub mod delivery;
 pub mod sweeper;
+pub mod verifier;

@@ -1,0 +1,421 @@
+//! The books' invariants: what must hold between the tables at every commit, each written once
+//! as a statement that returns the ids breaking it. `checkout-server verify`, the server's
+//! periodic check (`CHECKOUT_VERIFY_SECS`) and the test kit all run this list, in one consistent
+//! read-only snapshot (PostgreSQL `REPEATABLE READ READ ONLY`; a SQLite read transaction over
+//! the WAL), so a check never blocks a writer and never sees half of a transfer.
+//!
+//! Every statement is the same text on both databases: `$n` arguments are not needed, and the
+//! ids come back as one text column `id`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::row::Row;
+use super::{Store, StoreError, postgres, sqlite};
+
+/// One invariant of the books.
+#[derive(Debug)]
+pub struct Invariant {
+    /// A short name, for a metric's label and a report's line.
+    pub name: &'static str,
+    /// What holds, in words.
+    pub says: &'static str,
+    /// The table whose rows the invariant is about (counted as "rows checked").
+    pub over: &'static str,
+    /// The ids breaking it (one text column `id`); no row when it holds.
+    pub violations: &'static str,
+}
+
+/// One invariant as one snapshot found it.
+#[derive(Debug)]
+pub struct Checked {
+    pub invariant: &'static Invariant,
+    pub rows: i64,
+    pub violations: Vec<String>,
+}
+
+/// Every invariant checked in one snapshot.
+#[derive(Debug)]
+pub struct Verified {
+    pub checked: Vec<Checked>,
+    pub took: Duration,
+}
+
+impl Verified {
+    pub fn holds(&self) -> bool {
+        self.checked.iter().all(|c| c.violations.is_empty())
+    }
+
+    /// The names of the invariants broken.
+    pub fn broken(&self) -> Vec<&'static str> {
+        self.checked
+            .iter()
+            .filter(|c| !c.violations.is_empty())
+            .map(|c| c.invariant.name)
+            .collect()
+    }
+}
+
+/// Which invariants a check runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything that holds of a database in service. A key expires (after a day), and the same
+    /// key string may then move money again under a claim of its own.
+    Service,
+    /// Also: no key string ever moved money twice (a test that never lets a key expire).
+    KeysNeverReused,
+}
+
+impl Scope {
+    pub fn invariants(self) -> impl Iterator<Item = &'static Invariant> {
+        let extra = match self {
+            Scope::Service => None,
+            Scope::KeysNeverReused => Some(&ONE_MOVEMENT_PER_KEY_STRING),
+        };
+        INVARIANTS.iter().chain(extra)
+    }
+}
+
+/// The ids of a transfer's ledger rows, whichever kind it is.
+macro_rules! transfer_id {
+    () => {
+        "COALESCE(payment_id, refund_id, deposit_id, 'opening')"
+    };
+}
+
+pub const INVARIANTS: &[Invariant] = &[
+    Invariant {
+        name: "balances_equal_ledger",
+        says: "balance + unfolded credits == sum(ledger) per account, never negative but the funding account's",
+        over: "accounts",
+        violations: "\
+            SELECT a.account_id AS id FROM accounts a WHERE (a.balance < 0 AND a.kind <> 'funding') OR a.balance \
+              + (SELECT CAST(COALESCE(SUM(u.amount), 0) AS BIGINT) FROM unfolded_credits u WHERE u.account_id = a.account_id) \
+              <> (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)",
+    },
+    Invariant {
+        name: "test_money_conserved",
+        says: "the test balances sum to the test money issued (opening entries, test accounts only)",
+        over: "accounts",
+        violations: "\
+            SELECT CAST('test' AS TEXT) AS id WHERE NOT ( \
+              (SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE livemode = 0) \
+              + (SELECT COALESCE(SUM(u.amount), 0) FROM unfolded_credits u JOIN accounts a ON a.account_id = u.account_id WHERE a.livemode = 0) \
+              = (SELECT COALESCE(SUM(l.amount), 0) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                  WHERE l.kind = 'opening' AND a.livemode = 0) \
+              AND NOT EXISTS (SELECT 1 FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                  WHERE l.kind = 'opening' AND a.livemode = 1))",
+    },
+    Invariant {
+        name: "live_money_conserved",
+        says: "the live balances sum to the live money deposited, which the funding account gave",
+        over: "deposits",
+        violations: "\
+            SELECT CAST('live' AS TEXT) AS id WHERE NOT ( \
+              (SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE livemode = 1 AND kind <> 'funding') \
+              + (SELECT COALESCE(SUM(u.amount), 0) FROM unfolded_credits u JOIN accounts a ON a.account_id = u.account_id WHERE a.livemode = 1) \
+              = (SELECT COALESCE(SUM(amount), 0) FROM deposits) \
+              AND (SELECT COALESCE(SUM(amount), 0) FROM deposits) \
+                = -(SELECT COALESCE(SUM(balance), 0) FROM accounts WHERE kind = 'funding'))",
+    },
+    Invariant {
+        name: "transfers_of_one_mode",
+        says: "every transfer's accounts are of one mode (test or live)",
+        over: "ledger",
+        violations: concat!(
+            "SELECT ",
+            transfer_id!(),
+            " AS id FROM (SELECT l.kind, l.payment_id, l.refund_id, l.deposit_id FROM ledger l \
+              JOIN accounts a ON a.account_id = l.account_id WHERE l.kind <> 'opening' \
+              GROUP BY l.kind, l.payment_id, l.refund_id, l.deposit_id \
+              HAVING MIN(a.livemode) <> MAX(a.livemode)) t"
+        ),
+    },
+    Invariant {
+        name: "payments_of_their_sessions_mode",
+        says: "a payment is of its session's mode, and the session of its shop account's",
+        over: "payments",
+        violations: "\
+            SELECT p.payment_id AS id FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
+             WHERE p.livemode <> s.livemode \
+                OR s.livemode <> (SELECT a.livemode FROM accounts a WHERE a.account_id = s.shop_account_id)",
+    },
+    Invariant {
+        name: "deposits_moved_once",
+        says: "every deposit credits a live shopper and debits the funding account, once each, and has its event",
+        over: "deposits",
+        violations: "\
+            SELECT d.deposit_id AS id FROM deposits d WHERE \
+              (SELECT COUNT(*) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                WHERE l.deposit_id = d.deposit_id AND l.account_id = d.account_id AND l.amount = d.amount \
+                  AND a.livemode = 1 AND a.kind = 'shopper') <> 1 \
+              OR (SELECT COUNT(*) FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
+                WHERE l.deposit_id = d.deposit_id AND a.kind = 'funding' AND l.amount = -d.amount) <> 1 \
+              OR (SELECT COUNT(*) FROM webhook_events e WHERE e.type = 'deposit.succeeded' \
+                   AND e.subject_id = d.deposit_id) <> 1",
+    },
+    Invariant {
+        name: "transfers_sum_to_zero",
+        says: "every transfer is two ledger rows summing to zero",
+        over: "ledger",
+        violations: concat!(
+            "SELECT ",
+            transfer_id!(),
+            " AS id FROM (SELECT kind, payment_id, refund_id, deposit_id FROM ledger WHERE kind <> 'opening' \
+              GROUP BY kind, payment_id, refund_id, deposit_id HAVING COUNT(*) <> 2 OR SUM(amount) <> 0) t"
+        ),
+    },
+    Invariant {
+        name: "transfers_carry_their_claim",
+        says: "every transfer has exactly one row carrying its key's claim",
+        over: "ledger",
+        violations: concat!(
+            "SELECT ",
+            transfer_id!(),
+            " AS id FROM (SELECT kind, payment_id, refund_id, deposit_id FROM ledger WHERE kind <> 'opening' \
+              GROUP BY kind, payment_id, refund_id, deposit_id \
+              HAVING SUM(CASE WHEN claim_id IS NOT NULL AND idempotency_key IS NOT NULL THEN 1 ELSE 0 END) <> 1) t"
+        ),
+    },
+    Invariant {
+        name: "one_movement_per_claim",
+        says: "a claim of a key moved money at most once",
+        over: "ledger",
+        violations: "\
+            SELECT claim_id AS id FROM ledger WHERE claim_id IS NOT NULL \
+             GROUP BY claim_id HAVING COUNT(*) > 1",
+    },
+    Invariant {
+        name: "payments_moved_once",
+        says: "every payment debits its shopper and credits its shop, once each",
+        over: "payments",
+        violations: "\
+            SELECT payment_id AS id FROM (SELECT p.payment_id, \
+                SUM(CASE WHEN l.account_id = p.shopper_account_id AND l.amount = -p.amount THEN 1 ELSE 0 END) AS debits, \
+                SUM(CASE WHEN l.account_id = p.shop_account_id AND l.amount = p.amount THEN 1 ELSE 0 END) AS credits \
+              FROM payments p LEFT JOIN ledger l ON l.payment_id = p.payment_id AND l.kind = 'payment' \
+              GROUP BY p.payment_id) t WHERE debits <> 1 OR credits <> 1",
+    },
+    Invariant {
+        name: "refunds_moved_once",
+        says: "every refund debits the shop and credits the shopper, once each",
+        over: "refunds",
+        violations: "\
+            SELECT refund_id AS id FROM (SELECT r.refund_id, \
+                SUM(CASE WHEN l.account_id = p.shop_account_id AND l.amount = -r.amount THEN 1 ELSE 0 END) AS debits, \
+                SUM(CASE WHEN l.account_id = p.shopper_account_id AND l.amount = r.amount THEN 1 ELSE 0 END) AS credits \
+              FROM refunds r JOIN payments p ON p.payment_id = r.payment_id \
+              LEFT JOIN ledger l ON l.refund_id = r.refund_id AND l.kind = 'refund' \
+              GROUP BY r.refund_id) t WHERE debits <> 1 OR credits <> 1",
+    },
+    Invariant {
+        name: "refunds_within_payment",
+        says: "refunds of a payment sum to its refunded total, at most its amount",
+        over: "payments",
+        violations: "\
+            SELECT p.payment_id AS id FROM payments p WHERE p.refunded > p.amount OR p.refunded <> \
+              (SELECT CAST(COALESCE(SUM(r.amount), 0) AS BIGINT) FROM refunds r WHERE r.payment_id = p.payment_id)",
+    },
+    Invariant {
+        name: "one_payment_per_session",
+        says: "at most one payment per checkout session",
+        over: "checkout_sessions",
+        violations: "\
+            SELECT checkout_session_id AS id FROM payments WHERE checkout_session_id IS NOT NULL \
+             GROUP BY checkout_session_id HAVING COUNT(*) > 1",
+    },
+    Invariant {
+        name: "paid_sessions_have_their_payment",
+        says: "a session is paid exactly when a payment of its amount to its shop names it",
+        over: "checkout_sessions",
+        violations: "\
+            SELECT s.session_id AS id FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
+             WHERE s.status <> 'paid' OR s.payment_id <> p.payment_id OR s.amount <> p.amount \
+                OR s.shop_account_id <> p.shop_account_id OR s.order_id <> p.order_id \
+            UNION ALL \
+            SELECT s.session_id FROM checkout_sessions s WHERE (s.status = 'paid') <> \
+              EXISTS (SELECT 1 FROM payments p WHERE p.payment_id = s.payment_id AND p.checkout_session_id = s.session_id)",
+    },
+    Invariant {
+        name: "waiting_credits_are_payments",
+        says: "a shop's waiting credit is its payment's amount",
+        over: "unfolded_credits",
+        violations: "\
+            SELECT u.account_id || ':' || u.payment_id AS id FROM unfolded_credits u LEFT JOIN payments p ON p.payment_id = u.payment_id \
+             WHERE p.payment_id IS NULL OR u.account_id <> p.shop_account_id OR u.amount <> p.amount",
+    },
+    Invariant {
+        name: "payments_have_one_event",
+        says: "every payment has exactly one payment.succeeded event for its shop",
+        over: "payments",
+        violations: "\
+            SELECT p.payment_id AS id FROM payments p \
+              LEFT JOIN (SELECT subject_id, shop_account_id, COUNT(*) AS n FROM webhook_events \
+                          WHERE type = 'payment.succeeded' GROUP BY subject_id, shop_account_id) e \
+                     ON e.subject_id = p.payment_id AND e.shop_account_id = p.shop_account_id \
+             WHERE p.shop_account_id <> 'acc_before_shops' AND COALESCE(e.n, 0) <> 1",
+    },
+    Invariant {
+        name: "refunds_have_one_event",
+        says: "every refund has exactly one refund.succeeded event, and no event lacks its change",
+        over: "refunds",
+        violations: "\
+            SELECT p.payment_id AS id FROM payments p \
+                LEFT JOIN (SELECT payment_id, COUNT(*) AS n FROM refunds GROUP BY payment_id) r \
+                       ON r.payment_id = p.payment_id \
+                LEFT JOIN (SELECT subject_id, COUNT(*) AS n FROM webhook_events \
+                            WHERE type = 'refund.succeeded' GROUP BY subject_id) e \
+                       ON e.subject_id = p.payment_id \
+               WHERE p.shop_account_id <> 'acc_before_shops' AND COALESCE(r.n, 0) <> COALESCE(e.n, 0) \
+            UNION ALL \
+            SELECT e.event_id FROM webhook_events e LEFT JOIN payments p ON p.payment_id = e.subject_id \
+             WHERE e.type IN ('payment.succeeded', 'refund.succeeded') AND p.payment_id IS NULL",
+    },
+    Invariant {
+        name: "lapsed_sessions_have_one_event",
+        says: "every session that lapsed unpaid has exactly one checkout_session.expired event",
+        over: "checkout_sessions",
+        violations: "\
+            SELECT session_id AS id FROM (SELECT s.session_id FROM checkout_sessions s \
+              LEFT JOIN webhook_events e ON e.subject_id = s.session_id \
+                   AND e.type = 'checkout_session.expired' \
+             WHERE s.status = 'expired' \
+             GROUP BY s.session_id HAVING COUNT(e.event_id) <> 1) t",
+    },
+    Invariant {
+        name: "keys_committed_with_answer",
+        says: "every committed key is done and has its stored response",
+        over: "idempotency_keys",
+        violations: "\
+            SELECT account_id || ':' || idempotency_key AS id FROM idempotency_keys \
+             WHERE status <> 'done' OR response_status IS NULL OR response_body IS NULL",
+    },
+];
+
+/// Only for [`Scope::KeysNeverReused`].
+pub const ONE_MOVEMENT_PER_KEY_STRING: Invariant = Invariant {
+    name: "one_movement_per_key_string",
+    says: "at most one ledger movement per (principal, key), ever",
+    over: "ledger",
+    violations: "\
+        SELECT account_id || ':' || idempotency_key AS id FROM ledger WHERE claim_id IS NOT NULL \
+         GROUP BY account_id, idempotency_key HAVING COUNT(*) > 1",
+};
+
+fn rows_of(table: &str) -> String {
+    format!("SELECT COUNT(*) AS n FROM {table}")
+}
+
+fn id(row: &dyn Row) -> Result<String, super::row::RowError> {
+    row.text("id")
+}
+
+fn count(row: &dyn Row) -> Result<i64, super::row::RowError> {
+    row.int("n")
+}
+
+/// Every invariant of `scope` on a SQLite connection, inside one read transaction.
+fn on_sqlite(conn: &rusqlite::Connection, scope: Scope) -> Result<Vec<Checked>, StoreError> {
+    conn.execute_batch("BEGIN").map_err(sqlite::classify)?;
+    let mut rows = HashMap::new();
+    let checked = scope
+        .invariants()
+        .map(|invariant| {
+            let rows = match rows.get(invariant.over) {
+                Some(&n) => n,
+                None => {
+                    let n = sqlite::fetch_all(conn, &rows_of(invariant.over), &[], count)?[0];
+                    rows.insert(invariant.over, n);
+                    n
+                }
+            };
+            let violations = sqlite::fetch_all(conn, invariant.violations, &[], id)?;
+            Ok(Checked {
+                invariant,
+                rows,
+                violations,
+            })
+        })
+        .collect();
+    // Read only: ending it either way lets the WAL be checkpointed past this snapshot.
+    let _ = conn.execute_batch("ROLLBACK");
+    checked
+}
+
+/// The same on PostgreSQL, in a `REPEATABLE READ READ ONLY` transaction (one snapshot for
+/// every statement; it takes no lock a writer waits for).
+async fn on_postgres(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    scope: Scope,
+) -> Result<Vec<Checked>, StoreError> {
+    postgres::execute(
+        &mut *tx,
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+        &[],
+    )
+    .await?;
+    let mut rows = HashMap::new();
+    let mut checked = Vec::new();
+    for invariant in scope.invariants() {
+        let n = match rows.get(invariant.over) {
+            Some(&n) => n,
+            None => {
+                let n =
+                    postgres::fetch_all(&mut *tx, &rows_of(invariant.over), &[], count).await?[0];
+                rows.insert(invariant.over, n);
+                n
+            }
+        };
+        let violations = postgres::fetch_all(&mut *tx, invariant.violations, &[], id).await?;
+        checked.push(Checked {
+            invariant,
+            rows: n,
+            violations,
+        });
+    }
+    // Dropped, the transaction rolls back: it wrote nothing.
+    Ok(checked)
+}
+
+impl Store {
+    /// Every invariant of `scope`, in one snapshot, on a connection of this store (a reader of
+    /// SQLite's, one of PostgreSQL's pool).
+    pub async fn verify(&self, scope: Scope) -> Result<Verified, StoreError> {
+        let started = Instant::now();
+        let checked = match self {
+            Store::Sqlite(store) => store.on_reader(move |conn| on_sqlite(conn, scope)).await?,
+            Store::Postgres(store) => on_postgres(store.begin().await?, scope).await?,
+        };
+        Ok(Verified {
+            checked,
+            took: started.elapsed(),
+        })
+    }
+}
+
+/// Every invariant of `scope` on the database at `url`, on a connection of its own that only
+/// reads (no migration, no lock on a SQLite file a server holds): for `checkout-server verify`
+/// and the test kit.
+pub async fn verify_database(url: &str, scope: Scope) -> Result<Verified, StoreError> {
+    let started = Instant::now();
+    let checked = if url.starts_with("sqlite:") {
+        let conn = sqlite::open_reader(url)?;
+        tokio::task::spawn_blocking(move || on_sqlite(&conn, scope))
+            .await
+            .map_err(|e| StoreError::Other(e.into()))??
+    } else {
+        let mut conn: sqlx::PgConnection = sqlx::Connection::connect(url)
+            .await
+            .map_err(postgres::classify)?;
+        let tx = sqlx::Connection::begin(&mut conn)
+            .await
+            .map_err(postgres::classify)?;
+        let checked = on_postgres(tx, scope).await?;
+        let _ = sqlx::Connection::close(conn).await;
+        checked
+    };
+    Ok(Verified {
+        checked,
+        took: started.elapsed(),
+    })
+}
