@@ -8,6 +8,9 @@
 //! every promise of the contract is checked: money conserved, and every payment and refund known
 //! to its shop exactly once in effect (order paid, refunded total, bonus).
 
+pub mod failover;
+pub mod forwarder;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

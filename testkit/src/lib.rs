@@ -12,7 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use checkout_backend::store::invariants::{Scope, Verified, verify_database};
+use checkout_backend::store::invariants::verify_database;
+pub use checkout_backend::store::invariants::{Scope, Verified};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -68,6 +69,12 @@ impl TestDb {
         }
     }
 
+    /// A database some other part of the test made (reached through a forwarder, say).
+    pub fn at(url: String) -> TestDb {
+        sqlx::any::install_default_drivers();
+        TestDb { url, _dir: None }
+    }
+
     /// A fresh database on this PostgreSQL cluster.
     pub async fn on(cluster: &postgres::Cluster) -> TestDb {
         sqlx::any::install_default_drivers();
@@ -119,6 +126,12 @@ impl TestDb {
             ))
             .await,
         )
+    }
+
+    /// A column of texts the database answers.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        let mut conn = self.connect().await;
+        sqlx::query_scalar(sql).fetch_all(&mut conn).await.unwrap()
     }
 
     pub async fn execute(&self, sql: &str) {

@@ -126,8 +126,9 @@ impl Cluster {
     }
 
     /// A streaming standby of `primary` (a base backup of it, on its own port), named `name`
-    /// for `synchronous_standby_names`. It reads only, until [`Cluster::promote`].
-    pub fn standby_of(primary: &Cluster, name: &str) -> Cluster {
+    /// for `synchronous_standby_names`, streaming through `127.0.0.1:stream_port` (the
+    /// primary's port, or a link in front of it). It reads only, until [`Cluster::promote`].
+    pub fn standby_of(primary: &Cluster, name: &str, stream_port: u16) -> Cluster {
         let bin = primary.bin.clone();
         let dir = cluster_dir();
         let data = dir.join("data");
@@ -157,7 +158,9 @@ impl Cluster {
             &data.join("postgresql.auto.conf"),
             &format!(
                 "port = {port}\nunix_socket_directories = '{}'\ncluster_name = '{name}'\n\
-                 synchronous_standby_names = ''",
+                 synchronous_standby_names = ''\n\
+                 primary_conninfo = 'host=127.0.0.1 port={stream_port} user=postgres \
+                 application_name={name}'",
                 dir.display()
             ),
         );
@@ -178,6 +181,7 @@ impl Cluster {
             Replication::Synchronous => standby,
             Replication::Asynchronous => "",
         };
+        sqlx::any::install_default_drivers();
         let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
             .await
             .expect("connect to the primary");
@@ -195,6 +199,8 @@ impl Cluster {
 
     /// How `standby` streams from this primary (`sync`, `async`…), once it does.
     pub async fn standby_state(&self, standby: &str) -> Option<String> {
+        sqlx::any::install_default_drivers();
+        sqlx::any::install_default_drivers();
         let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
             .await
             .ok()?;
@@ -218,8 +224,13 @@ impl Cluster {
             .unwrap()
             .trim()
             .to_owned();
+        // Stopped first, the postmaster forks no backend between the listing of its children
+        // and their death (an orphan backend would go on committing on a dead primary).
         let status = Command::new("sh")
-            .args(["-c", &format!("kill -KILL {pid} $(pgrep -P {pid})")])
+            .args([
+                "-c",
+                &format!("kill -STOP {pid} && kill -KILL $(pgrep -P {pid}) {pid}"),
+            ])
             .status()
             .unwrap();
         assert!(status.success(), "the cluster's processes were killed");
@@ -360,6 +371,7 @@ impl Cluster {
     /// A new empty database for one test.
     pub async fn create_database(&self) -> String {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        sqlx::any::install_default_drivers();
         let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
             .await
             .expect("connect to the test cluster");

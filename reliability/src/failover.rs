@@ -1,0 +1,611 @@
+//! The failover campaign: two checkout instances share a PostgreSQL primary that streams to a
+//! standby; they reach "the primary" through an address the harness moves ([`Forwarder`]).
+//! Under load (sessions, payments, refunds, some sent twice at once) the primary's machine dies
+//! (SIGKILL to every process of the cluster), the standby is promoted (`pg_ctl promote`) and
+//! the address moved; a new standby is made from the new primary before the next failover. The
+//! old primary never comes back.
+//!
+//! Afterwards every request without a definite answer is resent with its key until it has one,
+//! every event is left to be delivered, and the campaign counts what a shop and a shopper would
+//! check: acknowledged payments and refunds that exist exactly once (or were lost by the
+//! promotion), double charges, `5xx` other than `503`, `503` without `Retry-After`, the seconds
+//! each failover left the checkout unable to take a payment, and `verify` on the new primary.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use checkout_testkit::postgres::{Cluster, Replication};
+use checkout_testkit::receiver::Receiver;
+use checkout_testkit::{Answer, Api, Server, TestDb, add_shop_with, new_key, session_request};
+use rand::Rng;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::forwarder::Forwarder;
+
+#[derive(Clone, Debug)]
+pub struct FailoverPlan {
+    pub replication: Replication,
+    pub failovers: u32,
+    /// Requests to send at least (the load also goes on until the last failover is behind).
+    pub requests: u64,
+    pub clients: usize,
+    /// Load before each failover, and after the last.
+    pub load_before: Duration,
+    /// From the primary's death to the promotion: how long a failover manager takes to decide.
+    pub detection: Duration,
+    /// One way, between the primary and its standby (another zone's distance).
+    pub standby_delay: Duration,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FailoverReport {
+    pub replication: String,
+    pub failovers: u32,
+    pub requests: u64,
+    pub duplicates: u64,
+    /// Payments and refunds a client received a `2xx` for.
+    pub payments_acknowledged: u64,
+    pub refunds_acknowledged: u64,
+    /// Of those, missing after the promotion (their keys then ran again: a first execution).
+    pub acknowledged_lost: u64,
+    /// Sessions a shop was given that the promotion lost.
+    pub sessions_lost: u64,
+    /// Requests answered by nobody or by `503`, resent with their key afterwards.
+    pub in_doubt: u64,
+    pub resolved_by_replay: u64,
+    pub resolved_by_first_execution: u64,
+    pub unavailable_503: u64,
+    pub without_retry_after: u64,
+    pub other_5xx: u64,
+    /// Shopper charged twice for one session or by one key (from `verify`).
+    pub double_charges: u64,
+    /// From the primary's death to the first `2xx` of a request sent after it.
+    pub outages: Vec<Duration>,
+    /// `2xx` answers after the last failover (the checkout recovered without a restart).
+    pub answered_after_last: u64,
+    pub events: i64,
+    pub events_undelivered: i64,
+    /// Events the shop received for a payment or refund the promotion then lost.
+    pub events_of_lost_changes: u64,
+    pub verify_holds: bool,
+    pub verify_took: Duration,
+    pub violations: Vec<String>,
+}
+
+impl FailoverReport {
+    pub fn outage_median_max(&self) -> (f64, f64) {
+        let mut secs: Vec<f64> = self.outages.iter().map(Duration::as_secs_f64).collect();
+        secs.sort_by(f64::total_cmp);
+        match secs.len() {
+            0 => (0.0, 0.0),
+            n => (secs[n / 2], secs[n - 1]),
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        let (median, max) = self.outage_median_max();
+        format!(
+            "failover ({}): {} failovers, {} requests ({} duplicates); acknowledged {} payments, \
+             {} refunds; lost {} acknowledged (+{} sessions); in doubt {} (replayed {}, first \
+             executions {}); 503 {} (without Retry-After {}), other 5xx {}; double charges {}; \
+             unavailable median {median:.2} s, max {max:.2} s; answered after the last {}; \
+             events {} ({} undelivered, {} of lost changes); verify {} in {:.2} s; {} violations",
+            self.replication,
+            self.failovers,
+            self.requests,
+            self.duplicates,
+            self.payments_acknowledged,
+            self.refunds_acknowledged,
+            self.acknowledged_lost,
+            self.sessions_lost,
+            self.in_doubt,
+            self.resolved_by_replay,
+            self.resolved_by_first_execution,
+            self.unavailable_503,
+            self.without_retry_after,
+            self.other_5xx,
+            self.double_charges,
+            self.answered_after_last,
+            self.events,
+            self.events_undelivered,
+            self.events_of_lost_changes,
+            if self.verify_holds { "holds" } else { "BROKEN" },
+            self.verify_took.as_secs_f64(),
+            self.violations.len(),
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Session,
+    Payment,
+    Refund,
+}
+
+#[derive(Clone, Debug)]
+struct Request {
+    kind: Kind,
+    token: String,
+    path: String,
+    body: Value,
+}
+
+#[derive(Default)]
+struct Book {
+    requests: HashMap<String, Request>,
+    /// The first definite answer a client saw for each key.
+    first: HashMap<String, Answer>,
+    /// When each `2xx` was answered, and when its request was sent.
+    successes: Vec<(Instant, Instant)>,
+    /// Requests sent (each copy counted).
+    sends: u64,
+    unavailable_503: u64,
+    without_retry_after: u64,
+    other_5xx: Vec<String>,
+}
+
+/// A definite answer: the key's stored outcome.
+fn is_definite(answer: &Answer) -> bool {
+    answer.status.is_success()
+        || answer.status.is_client_error()
+            && !(answer.status == StatusCode::CONFLICT && answer.code() == "idempotency_key_in_use")
+            && answer.status != StatusCode::TOO_MANY_REQUESTS
+}
+
+struct Load {
+    servers: Vec<String>,
+    http: reqwest::Client,
+    shop_key: String,
+    book: Mutex<Book>,
+}
+
+impl Load {
+    /// Sends `key`'s request to one of the servers; the answer, if one came.
+    async fn send(&self, key: &str, request: &Request) -> Option<Answer> {
+        let server = rand::rng().random_range(0..self.servers.len());
+        let api = Api {
+            base: self.servers[server].clone(),
+            http: self.http.clone(),
+            token: Some(request.token.clone()),
+        };
+        let sent = Instant::now();
+        let answer = api
+            .send(
+                api.post(&request.path, Some(key), &request.body)
+                    .timeout(Duration::from_secs(15)),
+            )
+            .await
+            .ok();
+        let mut book = self.book.lock().unwrap();
+        book.sends += 1;
+        book.requests
+            .entry(key.to_owned())
+            .or_insert_with(|| request.clone());
+        if let Some(answer) = &answer {
+            if answer.status.is_success() {
+                book.successes.push((sent, Instant::now()));
+            }
+            if answer.status == StatusCode::SERVICE_UNAVAILABLE {
+                book.unavailable_503 += 1;
+                if answer.header("retry-after").is_none() {
+                    book.without_retry_after += 1;
+                }
+            } else if answer.status.is_server_error() {
+                book.other_5xx.push(format!(
+                    "{} {}: {}",
+                    request.path, answer.status, answer.body
+                ));
+            }
+            if is_definite(answer) && !book.first.contains_key(key) {
+                book.first.insert(key.to_owned(), answer.clone());
+            }
+        }
+        answer
+    }
+
+    /// One shopper's order: the shop makes a session, the shopper pays it (now and then two
+    /// copies at once), the shop refunds part of some.
+    async fn order(&self, shopper: &str, n: u64, duplicates: &AtomicU64) {
+        let amount = 500 + (n % 7) as i64 * 100;
+        let session = Request {
+            kind: Kind::Session,
+            token: self.shop_key.clone(),
+            path: "/api/checkout-sessions".into(),
+            body: session_request(&format!("F-{}", new_key()), amount),
+        };
+        let Some(answer) = self.send(&new_key(), &session).await else {
+            return backoff().await;
+        };
+        if answer.status != StatusCode::CREATED {
+            return backoff().await;
+        }
+        let session_id = answer.json()["session_id"].as_str().unwrap().to_owned();
+        let payment = Request {
+            kind: Kind::Payment,
+            token: shopper.to_owned(),
+            path: "/api/payments".into(),
+            body: json!({ "checkout_session_id": session_id }),
+        };
+        let key = new_key();
+        let copies = if rand::rng().random_bool(0.2) { 2 } else { 1 };
+        duplicates.fetch_add(copies - 1, Ordering::SeqCst);
+        let answers =
+            futures::future::join_all((0..copies).map(|_| self.send(&key, &payment))).await;
+        if !answers.iter().flatten().any(is_definite) {
+            backoff().await;
+        }
+        let paid = answers
+            .iter()
+            .flatten()
+            .find(|a| a.status == StatusCode::CREATED);
+        if let Some(paid) = paid
+            && rand::rng().random_bool(0.3)
+        {
+            let payment_id = paid.json()["payment_id"].as_str().unwrap().to_owned();
+            let refund = Request {
+                kind: Kind::Refund,
+                token: self.shop_key.clone(),
+                path: format!("/api/payments/{payment_id}/refunds"),
+                body: json!({ "amount": amount / 2 }),
+            };
+            self.send(&new_key(), &refund).await;
+        }
+    }
+}
+
+/// A client's pause after `503` or no answer, before its next order (the unanswered key is
+/// resent at the end). Shorter than the `Retry-After: 1` the checkout sends, so that the
+/// unavailability is measured to a tenth of a second.
+async fn backoff() {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+fn start_server(binary: &str, db: &TestDb) -> impl std::future::Future<Output = Server> {
+    Server::start_with(
+        binary,
+        db,
+        &[
+            ("RUST_LOG", "warn,checkout_backend=info"),
+            ("CHECKOUT_WEBHOOK_POLL_MS", "50"),
+            ("CHECKOUT_WEBHOOK_TIMEOUT_MS", "1000"),
+            ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "50"),
+            ("CHECKOUT_WEBHOOK_ATTEMPTS", "100"),
+            ("CHECKOUT_DB_POOL_SIZE", "8"),
+            ("CHECKOUT_KEYS_IN_PROGRESS", "64"),
+            ("CHECKOUT_TEST_SHOPPERS_PER_ADDRESS", "1000"),
+        ],
+    )
+}
+
+/// Waits until `standby` streams from `primary` in the way `replication` asks.
+async fn until_streaming(primary: &Cluster, standby: &str, replication: Replication) {
+    let wanted = match replication {
+        Replication::Synchronous => "sync",
+        Replication::Asynchronous => "async",
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while primary.standby_state(standby).await.as_deref() != Some(wanted) {
+        assert!(
+            Instant::now() < deadline,
+            "{standby} streams ({wanted}) within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
+    let replication = plan.replication;
+    let mut primary = Cluster::replicated_primary();
+    let database = primary.create_database().await;
+    let name = database.rsplit('/').next().unwrap().to_owned();
+    let mut link = Forwarder::with_delay(primary.port, plan.standby_delay).await;
+    let mut standby = Cluster::standby_of(&primary, "standby1", link.port);
+    primary.replicate(replication, "standby1").await;
+    until_streaming(&primary, "standby1", replication).await;
+    let address = Forwarder::start(primary.port).await;
+    let db = TestDb::at(format!(
+        "postgres://postgres@127.0.0.1:{}/{name}",
+        address.port
+    ));
+
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        servers.push(start_server(server_bin, &db).await);
+    }
+    let receiver = Receiver::start().await;
+    let shop = add_shop_with(
+        server_bin,
+        &db.url,
+        &servers[0].base,
+        "Лавка переключения",
+        Some(&receiver.url),
+    )
+    .await;
+    let mut shoppers = Vec::new();
+    for _ in 0..plan.clients {
+        shoppers.push(servers[0].api().shopper_token().await);
+    }
+    let load = Arc::new(Load {
+        servers: servers.iter().map(|s| s.base.clone()).collect(),
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap(),
+        shop_key: shop.api.token.clone().unwrap(),
+        book: Mutex::default(),
+    });
+
+    // The failovers, while the clients go on.
+    let failing_over = Arc::new(AtomicBool::new(true));
+    let chaos = {
+        let (plan, failing_over) = (plan.clone(), failing_over.clone());
+        tokio::spawn(async move {
+            let mut failovers = Vec::new();
+            for round in 1..=plan.failovers {
+                tokio::time::sleep(plan.load_before).await;
+                primary.kill();
+                link.cut();
+                // From here on, every process of the old primary is gone, and what it was
+                // sending the standby with it.
+                let killed = Instant::now();
+                tokio::time::sleep(plan.detection).await;
+                let promoted = tokio::task::spawn_blocking(move || {
+                    standby.promote();
+                    standby
+                })
+                .await
+                .unwrap();
+                address.move_to(promoted.port);
+                failovers.push(killed);
+                // The dead primary is never started again (its files go when the tests end). The
+                // promoted one gets a standby of its own.
+                primary = promoted;
+                if round < plan.failovers {
+                    let name = format!("standby{}", round + 1);
+                    link = Forwarder::with_delay(primary.port, plan.standby_delay).await;
+                    let next = tokio::task::block_in_place(|| {
+                        Cluster::standby_of(&primary, &name, link.port)
+                    });
+                    primary.replicate(plan.replication, &name).await;
+                    until_streaming(&primary, &name, plan.replication).await;
+                    standby = next;
+                } else {
+                    break;
+                }
+            }
+            // The load goes on a while on the last primary: the checkout must recover by itself.
+            tokio::time::sleep(plan.load_before).await;
+            failing_over.store(false, Ordering::SeqCst);
+            (failovers, primary, address)
+        })
+    };
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let duplicates = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = shoppers
+        .into_iter()
+        .map(|shopper| {
+            let (load, sent, duplicates, failing_over) = (
+                load.clone(),
+                sent.clone(),
+                duplicates.clone(),
+                failing_over.clone(),
+            );
+            let budget = plan.requests;
+            tokio::spawn(async move {
+                let mut n = 0;
+                while failing_over.load(Ordering::SeqCst) || sent.load(Ordering::SeqCst) < budget {
+                    n += 1;
+                    load.order(&shopper, n, &duplicates).await;
+                    sent.fetch_add(2, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let (failovers, primary, _address) = chaos.await.unwrap();
+
+    // Settle: every key without a definite answer is resent until it has one; every key with
+    // one is resent once, and must replay it (unless the promotion lost it).
+    let mut report = FailoverReport {
+        replication: format!("{replication:?}").to_lowercase(),
+        failovers: failovers.len() as u32,
+        duplicates: duplicates.load(Ordering::SeqCst),
+        ..FailoverReport::default()
+    };
+    let (requests, first, attack_sends) = {
+        let book = load.book.lock().unwrap();
+        (
+            book.requests
+                .iter()
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect::<Vec<(String, Request)>>(),
+            book.first.clone(),
+            book.sends,
+        )
+    };
+    let settling = Instant::now();
+    let mut finals = HashMap::new();
+    for (key, request) in &requests {
+        let mut tries = 0;
+        let answer = loop {
+            tries += 1;
+            match load.send(key, request).await {
+                Some(answer) if is_definite(&answer) => break Some(answer),
+                _ if tries >= 200 => break None,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let Some(answer) = answer else {
+            report
+                .violations
+                .push(format!("key {key} never got a definite answer"));
+            continue;
+        };
+        match first.get(key) {
+            None => {
+                report.in_doubt += 1;
+                if answer.replayed() {
+                    report.resolved_by_replay += 1;
+                } else {
+                    report.resolved_by_first_execution += 1;
+                }
+            }
+            Some(seen) if seen.status != answer.status || seen.body != answer.body => {
+                // The stored answer is gone: the promotion lost the change and its key, and
+                // the resend executed it again.
+                if seen.status.is_success() {
+                    match request.kind {
+                        Kind::Session => report.sessions_lost += 1,
+                        Kind::Payment | Kind::Refund => report.acknowledged_lost += 1,
+                    }
+                } else {
+                    report.violations.push(format!(
+                        "key {key}: the replay differs from the first answer"
+                    ));
+                }
+            }
+            Some(_) => {}
+        }
+        finals.insert(key.clone(), answer);
+    }
+    let kinds: HashMap<&str, Kind> = requests.iter().map(|(k, r)| (k.as_str(), r.kind)).collect();
+    for (key, seen) in &first {
+        if !seen.status.is_success() {
+            continue;
+        }
+        match kinds.get(key.as_str()) {
+            Some(Kind::Payment) => report.payments_acknowledged += 1,
+            Some(Kind::Refund) => report.refunds_acknowledged += 1,
+            _ => {}
+        }
+    }
+    {
+        let book = load.book.lock().unwrap();
+        report.requests = attack_sends;
+        report.unavailable_503 = book.unavailable_503;
+        report.without_retry_after = book.without_retry_after;
+        report.other_5xx = book.other_5xx.len() as u64;
+        for error in book.other_5xx.iter().take(5) {
+            report
+                .violations
+                .push(format!("a 5xx other than 503: {error}"));
+        }
+        for killed in &failovers {
+            let first_success = book
+                .successes
+                .iter()
+                .filter(|(sent, _)| sent > killed)
+                .map(|(_, answered)| *answered)
+                .min();
+            match first_success {
+                Some(at) => report.outages.push(at - *killed),
+                None => report
+                    .violations
+                    .push("no request sent after a failover was answered 2xx".into()),
+            }
+        }
+        if let Some(last) = failovers.last() {
+            report.answered_after_last = book
+                .successes
+                .iter()
+                .filter(|(sent, _)| sent > last && *sent < settling)
+                .count() as u64;
+        }
+    }
+    if report.in_doubt > 0 && report.resolved_by_replay + report.resolved_by_first_execution == 0 {
+        report
+            .violations
+            .push("in-doubt requests were not resolved".into());
+    }
+
+    // Every event delivered, once the outbox drains; none for a change that no longer exists
+    // is expected only of asynchronous replication.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending = db
+            .scalar("SELECT COUNT(*) FROM webhook_events WHERE status <> 'delivered'")
+            .await;
+        if pending == 0 || Instant::now() > deadline {
+            report.events_undelivered = pending;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    report.events = db.scalar("SELECT COUNT(*) FROM webhook_events").await;
+    let received: HashSet<String> = receiver
+        .deliveries()
+        .into_iter()
+        .map(|d| d.webhook_id)
+        .collect();
+    let in_db: HashSet<String> = db
+        .texts("SELECT event_id FROM webhook_events")
+        .await
+        .into_iter()
+        .collect();
+    let never_received = in_db.difference(&received).count();
+    if never_received > 0 {
+        report
+            .violations
+            .push(format!("{never_received} events never reached the shop"));
+    }
+    report.events_of_lost_changes = received.difference(&in_db).count() as u64;
+    if report.events_undelivered > 0 {
+        report.violations.push(format!(
+            "{} events not delivered within 60 s",
+            report.events_undelivered
+        ));
+    }
+
+    // The books, by `checkout-server verify`'s own code, on the new primary.
+    let verified = db.verify(checkout_testkit::Scope::KeysNeverReused).await;
+    report.verify_holds = verified.holds();
+    report.verify_took = verified.took;
+    for checked in &verified.checked {
+        if checked.violations.is_empty() {
+            continue;
+        }
+        if matches!(
+            checked.invariant.name,
+            "one_payment_per_session"
+                | "one_movement_per_claim"
+                | "one_movement_per_key_string"
+                | "payments_moved_once"
+                | "refunds_moved_once"
+        ) {
+            report.double_charges += checked.violations.len() as u64;
+        }
+        report.violations.push(format!(
+            "invariant {} broken: {:?}",
+            checked.invariant.name, checked.violations
+        ));
+    }
+    if replication == Replication::Synchronous
+        && report.acknowledged_lost + report.sessions_lost > 0
+    {
+        report.violations.push(format!(
+            "synchronous replication lost {} acknowledged payments or refunds and {} sessions",
+            report.acknowledged_lost, report.sessions_lost
+        ));
+    }
+    if report.without_retry_after > 0 {
+        report.violations.push(format!(
+            "{} answers 503 without Retry-After",
+            report.without_retry_after
+        ));
+    }
+    if report.answered_after_last == 0 {
+        report
+            .violations
+            .push("the checkout did not recover after the last failover".into());
+    }
+    drop(servers);
+    drop(primary);
+    report
+}
