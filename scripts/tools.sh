@@ -9,9 +9,11 @@
 # (apt-get, cargo, npm, rustup) replaced by stubs; these variables are its seams:
 #   CHECKOUT_ROOT     the project (Cargo.lock, tools/package.json); default: this checkout
 #   CHECKOUT_PG_BIN   where Debian keeps PostgreSQL's programs; default /usr/lib/postgresql/15/bin
+#   CHECKOUT_PGBOUNCER  PgBouncer's program; default /usr/sbin/pgbouncer (Debian's)
 
 CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
+CHECKOUT_PGBOUNCER="${CHECKOUT_PGBOUNCER:-/usr/sbin/pgbouncer}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
 AXE_CORE_VERSION=4.14.1
@@ -65,6 +67,11 @@ locked_wasm_bindgen() {
 has_postgres() {
     [ -x "$CHECKOUT_PG_BIN/initdb" ] && [ -x "$CHECKOUT_PG_BIN/pg_ctl" ] && return 0
     command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1
+}
+
+# The API suite also runs through PgBouncer (transaction pooling) in front of PostgreSQL.
+has_pgbouncer() {
+    [ -x "$CHECKOUT_PGBOUNCER" ]
 }
 
 has_wasm_target() {
@@ -127,12 +134,14 @@ install_tools() {
     command -v npm >/dev/null 2>&1 || debian+=(npm)
     command -v python3 >/dev/null 2>&1 || debian+=(python3 python3-venv)
     has_postgres || debian+=(postgresql)
+    has_pgbouncer || debian+=(pgbouncer)
     if [ ${#debian[@]} -gt 0 ]; then
         step "installing ${debian[*]} (Debian packages)" apt_install "${debian[@]}"
         command -v chromium >/dev/null 2>&1 || fail "installing chromium" "no chromium on PATH"
         command -v chromedriver >/dev/null 2>&1 || fail "installing chromium-driver" "no chromedriver on PATH"
         command -v npm >/dev/null 2>&1 || fail "installing npm" "no npm on PATH"
         verify "installing postgresql" has_postgres
+        verify "installing pgbouncer" has_pgbouncer
     fi
 
     # The toolchain itself comes from rust-toolchain.toml; its wasm target may not.

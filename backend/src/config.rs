@@ -32,6 +32,10 @@ pub enum Command {
         #[command(subcommand)]
         action: ShopperCommand,
     },
+    /// Runs the database's migrations and prints the schema's version. The server runs them
+    /// itself at start, except behind a pooler in transaction mode (`CHECKOUT_DB_POOLER`): then
+    /// run this first, with `DATABASE_URL` naming PostgreSQL itself.
+    Migrate,
     /// Checks every invariant of the books (each transfer sums to zero, balances equal their
     /// ledger, one payment per session, one event per change…) in one consistent read-only
     /// snapshot, beside a running server and without blocking it. Prints each invariant, the
@@ -284,6 +288,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub keys_in_progress: u32,
 
+    /// `transaction` when `DATABASE_URL` names a pooler in transaction mode (PgBouncer's
+    /// `pool_mode = transaction`): no named prepared statements, the lock timeout in each
+    /// `BEGIN`, no migrations at start (`checkout-server migrate` does them, directly).
+    #[arg(long = "db-pooler", env = "CHECKOUT_DB_POOLER", default_value = "none")]
+    pub db_pooler: DbPooler,
+
     /// Checks the books' invariants every this many seconds (as `checkout-server verify`
     /// does), exporting `checkout_invariant_violations{invariant}`; unset: never.
     #[arg(long = "verify-secs", env = "CHECKOUT_VERIFY_SECS",
@@ -297,6 +307,14 @@ pub struct Config {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DbPooler {
+    /// PostgreSQL itself (or a pooler in session mode).
+    None,
+    /// A pooler in transaction mode.
+    Transaction,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -371,6 +389,10 @@ impl Config {
             sqlite_batch: usize::from(self.sqlite_batch),
             exclusive: true,
             sqlite_max_size_kib: self.sqlite_max_size_kib,
+            pooling: match self.db_pooler {
+                DbPooler::None => crate::store::Pooling::Direct,
+                DbPooler::Transaction => crate::store::Pooling::Transaction,
+            },
         }
     }
 

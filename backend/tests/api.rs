@@ -16,7 +16,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{Api, Backend, OPENING_BALANCE, Server, Shop, TestDb, new_key, pay_session};
 
-checkout_testkit::on_both_databases!(
+checkout_testkit::on_every_database!(
     a_request_sent_three_times_debits_once,
     sixty_four_concurrent_copies_execute_once,
     distinct_payments_racing_on_one_account_never_overdraw,

@@ -291,7 +291,7 @@ async fn a_v1_database_keeps_its_money_through_the_migration_to_shops() {
         let dir = tempfile::tempdir().unwrap();
         let folder = match backend {
             Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
+            Backend::Postgres | Backend::PgBouncer => "postgres",
         };
         for file in ["0001_checkout.sql", "0002_key_request_body.sql"] {
             let from = format!(
@@ -304,7 +304,7 @@ async fn a_v1_database_keeps_its_money_through_the_migration_to_shops() {
         // The v1 server made the file; here the test does.
         let url = match backend {
             Backend::Sqlite => format!("{}?mode=rwc", db.url),
-            Backend::Postgres => db.url.clone(),
+            Backend::Postgres | Backend::PgBouncer => db.url.clone(),
         };
         let mut conn: sqlx::AnyConnection = sqlx::Connection::connect(&url).await.unwrap();
         v1.run(&mut conn).await.unwrap();
@@ -426,5 +426,55 @@ async fn a_full_sqlite_file_loses_whole_batches_and_says_so_truly() {
         paid > 0 && refused > 0,
         "the file filled up: {paid} paid, {refused} refused"
     );
+    db.assert_invariants().await;
+}
+
+/// Behind PgBouncer in transaction mode the server does not migrate (sqlx's migrator holds a
+/// session's advisory lock, which such a pooler cannot keep): on a schema not brought up to date
+/// it refuses to start with one line saying what to run; `checkout-server migrate` on
+/// PostgreSQL itself brings it up, and then the server starts through the bouncer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn behind_a_transaction_pooler_the_schema_is_migrated_by_the_operator() {
+    let direct = support::postgres::cluster().create_database().await;
+    let through = support::pgbouncer::bouncer().url_of(&direct);
+    let url = through.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run_server(&[
+            ("DATABASE_URL", url.as_str()),
+            ("CHECKOUT_DB_POOLER", "transaction"),
+        ])
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("schema is at version none")
+            && stderr.contains("run `checkout-server migrate`"),
+        "{stderr}"
+    );
+
+    let migrate = std::process::Command::new(SERVER)
+        .arg("migrate")
+        .env("DATABASE_URL", &direct)
+        .output()
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&migrate.stdout).trim(),
+        r#"{"schema_version":7}"#
+    );
+    let db = TestDb::at(direct).served_through(through);
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка за пулером").await;
+    let shopper = server.api().shopper().await;
+    let session = shop.session("P-1", 10_000).await;
+    let paid = shopper.pay(&new_key(), &pay_session(&session)).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
     db.assert_invariants().await;
 }

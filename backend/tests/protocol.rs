@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use checkout_backend::operations::error::ApiError;
 use checkout_backend::store::{
-    AccountKind, EntryKind, LedgerEntry, NewSession, ShopRow, Store, StoreError, StoreSettings, Tx,
-    sessions,
+    AccountKind, EntryKind, LedgerEntry, NewSession, Pooling, ShopRow, Store, StoreError,
+    StoreSettings, Tx, sessions,
 };
 use checkout_idempotency::{
     Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
@@ -18,7 +18,7 @@ use checkout_testkit::{Backend, TestDb};
 use serde_json::json;
 use tokio::sync::Notify;
 
-checkout_testkit::on_both_databases!(
+checkout_testkit::on_every_database!(
     an_operation_runs_once_and_is_replayed,
     another_request_under_the_key_is_refused,
     keys_are_scoped_to_their_sender,
@@ -73,8 +73,14 @@ async fn open_store(db: &TestDb, lock_timeout: Duration) -> Store {
         // A second instance over one PostgreSQL database; a SQLite file is one process's.
         exclusive: false,
         sqlite_max_size_kib: None,
+        // The suite also runs through PgBouncer in transaction mode (`pgbouncer::…`).
+        pooling: if db.server_url == db.url {
+            Pooling::Direct
+        } else {
+            Pooling::Transaction
+        },
     };
-    Store::connect(&db.url, settings).await.unwrap()
+    Store::connect(&db.server_url, settings).await.unwrap()
 }
 
 fn protocol() -> Protocol {
@@ -846,4 +852,63 @@ async fn the_key_sweeper_spares_a_key_claimed_again_meanwhile() {
         2,
         "once before the TTL, once after: never a third"
     );
+}
+
+/// Another instance holds a key (its claim not committed yet): a claim here waits for it only
+/// the store's lock timeout, then says the key is in use. Behind a transaction pooler no session
+/// setting survives, so the timeout must travel with each transaction's `BEGIN`.
+async fn a_key_held_by_another_instance_is_in_use_after_the_lock_timeout(backend: Backend) {
+    let (db, store) = setup(backend).await;
+    let mut other_instance = db.connect().await;
+    sqlx::query("BEGIN")
+        .execute(&mut other_instance)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, \
+         status, created_at) VALUES ('acc_a', 'k-held', 'c-other', 'h', 'in_progress', 1)",
+    )
+    .execute(&mut other_instance)
+    .await
+    .unwrap();
+    // The protocol's own bound (for copies within this process) is far longer: only the
+    // database's lock timeout can end the wait this soon.
+    let protocol = Protocol::new(TTL).with_lock_timeout(Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        run(&protocol, &store, "acc_a", "k-held", Tally::default()),
+    )
+    .await
+    .expect("the claim does not wait for the other instance's transaction");
+    let waited = started.elapsed();
+    assert!(
+        matches!(outcome, Ok(Outcome::InUse) | Err(ApiError::KeyInUse)),
+        "{outcome:?}"
+    );
+    assert!(
+        waited >= LOCK_TIMEOUT && waited < Duration::from_secs(3),
+        "waited {waited:?} for a lock timeout of {LOCK_TIMEOUT:?}"
+    );
+    sqlx::query("ROLLBACK")
+        .execute(&mut other_instance)
+        .await
+        .unwrap();
+    assert_eq!(balance(&db, "acc_a").await, 0, "nothing ran");
+}
+
+mod another_instance {
+    use checkout_testkit::Backend;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_postgres() {
+        super::a_key_held_by_another_instance_is_in_use_after_the_lock_timeout(Backend::Postgres)
+            .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn through_pgbouncer() {
+        super::a_key_held_by_another_instance_is_in_use_after_the_lock_timeout(Backend::PgBouncer)
+            .await
+    }
 }

@@ -7,6 +7,7 @@ mod report;
 mod setup;
 mod sqlite_loop;
 mod transactions;
+mod verify_cost;
 
 use std::time::Instant;
 
@@ -36,6 +37,13 @@ struct Args {
     /// RUST_LOG of the servers under load.
     #[arg(long, default_value = "info,sqlx=warn")]
     server_log: String,
+    /// Instead of the benchmark: what `checkout-server verify` costs once each database holds
+    /// this many payments (its time, and the writers' throughput while it runs).
+    #[arg(long)]
+    verify_cost: Option<i64>,
+    /// Where `--verify-cost` writes its table.
+    #[arg(long, default_value = "bench/verify-cost.md")]
+    verify_out: String,
 }
 
 /// Shoppers the workloads spread over.
@@ -249,6 +257,28 @@ async fn main() {
         }
     };
     let group = sqlite(vec![]).await;
+    if let Some(payments) = args.verify_cost {
+        let mut costs = Vec::new();
+        for (name, target) in [("PostgreSQL", &pg), ("SQLite", &group)] {
+            let cost =
+                verify_cost::measure(name, target, &mut numbers, payments, args.seconds, d).await;
+            eprintln!(
+                "{name}: verify {:.2} s alone on {} payments; {:.0} → {:.0} payments/s with it running",
+                cost.verify_alone.as_secs_f64(),
+                cost.payments,
+                cost.without,
+                cost.with
+            );
+            costs.push(cost);
+        }
+        std::fs::write(
+            &args.verify_out,
+            verify_cost::markdown(&costs, args.seconds),
+        )
+        .unwrap();
+        eprintln!("wrote {}", args.verify_out);
+        return;
+    }
     let single = sqlite(vec![("CHECKOUT_SQLITE_BATCH", "1")]).await;
 
     let mut series: Vec<Series> = [

@@ -17,7 +17,7 @@ pub async fn sessions(url: &str, backend: Backend, first: u64, count: u64, one_s
         format!("'shop-' || (n % {SHOPS})")
     };
     let sql = match backend {
-        Backend::Postgres => format!(
+        Backend::Postgres | Backend::PgBouncer => format!(
             "INSERT INTO checkout_sessions (session_id, shop_account_id, order_id, amount, currency, \
                                             items, status, expires_at, created_at) \
              SELECT 'cs_' || lpad(to_hex(n), 32, '0'), {shop}, 'o-' || n, 1, 'RUB', '[]', 'open', \

@@ -221,7 +221,7 @@ impl World {
 pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
     let db = match plan.backend {
         Backend::Postgres => TestDb::on(postgres::durable_cluster()).await,
-        Backend::Sqlite => TestDb::new(Backend::Sqlite).await,
+        other => TestDb::new(other).await,
     };
     let servers = if plan.backend == Backend::Sqlite {
         1

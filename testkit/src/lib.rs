@@ -3,6 +3,7 @@
 //! in the database itself. Used by the backend's tests and by the browser tests.
 
 pub mod chromium;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod receiver;
 
@@ -41,15 +42,38 @@ macro_rules! on_both_databases {
     };
 }
 
+/// As [`on_both_databases!`], and a third time with the servers reaching PostgreSQL through
+/// PgBouncer in transaction pooling mode (`pgbouncer::a`, …).
+#[macro_export]
+macro_rules! on_every_database {
+    ($($scenario:ident),* $(,)?) => {
+        $crate::on_both_databases!($($scenario),*);
+        mod pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    super::$scenario($crate::Backend::PgBouncer).await
+                }
+            )*
+        }
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
     Postgres,
+    /// PostgreSQL, the servers reaching it through PgBouncer (transaction pooling); the test's
+    /// own checks read the database directly.
+    PgBouncer,
 }
 
 /// One test's database, kept until the test ends.
 pub struct TestDb {
+    /// The database itself, for the test's own reads and the operator's commands.
     pub url: String,
+    /// What a server is given as `DATABASE_URL` (the same, or through PgBouncer).
+    pub server_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -61,25 +85,50 @@ impl TestDb {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}", dir.path().join("checkout.db").display());
                 TestDb {
+                    server_url: url.clone(),
                     url,
                     _dir: Some(dir),
                 }
             }
             Backend::Postgres => TestDb::on(postgres::cluster()).await,
+            Backend::PgBouncer => {
+                let db = TestDb::on(postgres::cluster()).await;
+                // Behind a transaction pooler the server does not migrate: the operator's
+                // `checkout-server migrate` does, on PostgreSQL itself.
+                checkout_backend::store::Store::migrate(&db.url)
+                    .await
+                    .expect("the migrations run on PostgreSQL itself");
+                TestDb {
+                    server_url: pgbouncer::bouncer().url_of(&db.url),
+                    ..db
+                }
+            }
         }
     }
 
     /// A database some other part of the test made (reached through a forwarder, say).
     pub fn at(url: String) -> TestDb {
         sqlx::any::install_default_drivers();
-        TestDb { url, _dir: None }
+        TestDb {
+            server_url: url.clone(),
+            url,
+            _dir: None,
+        }
+    }
+
+    /// The same database, its servers reaching it at `server_url` (a pooler in transaction
+    /// mode in front of it).
+    pub fn served_through(self, server_url: String) -> TestDb {
+        TestDb { server_url, ..self }
     }
 
     /// A fresh database on this PostgreSQL cluster.
     pub async fn on(cluster: &postgres::Cluster) -> TestDb {
         sqlx::any::install_default_drivers();
+        let url = cluster.create_database().await;
         TestDb {
-            url: cluster.create_database().await,
+            server_url: url.clone(),
+            url,
             _dir: None,
         }
     }
@@ -200,7 +249,15 @@ impl Server {
     pub async fn start_with(binary: &str, db: &TestDb, env: &[(&str, &str)]) -> Server {
         let mut command = Command::new(binary);
         command
-            .env("DATABASE_URL", &db.url)
+            .env("DATABASE_URL", &db.server_url)
+            .env(
+                "CHECKOUT_DB_POOLER",
+                if db.server_url == db.url {
+                    "none"
+                } else {
+                    "transaction"
+                },
+            )
             .env("CHECKOUT_ADDR", "127.0.0.1:0")
             .env("CHECKOUT_DEMO", "1")
             .env("CHECKOUT_STATIC_DIR", "/nonexistent")

@@ -33,7 +33,7 @@ pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,
     Refunded,
 };
-pub use postgres::{PgStore, PgTx, compose_with_deferred};
+pub use postgres::{PgStore, PgTx, Pooling, compose_with_deferred};
 use row::{Arg, ReadRow};
 pub use row::{Template, replace_placeholders};
 pub use sessions::{ExpiredSession, NewSession, SessionRow, TakenSession};
@@ -121,6 +121,8 @@ pub struct StoreSettings {
     /// SQLite: the most the file may grow to, in KiB; past it writes are refused (`503`), and
     /// nothing of a refused request is kept. `None`: as large as the disk allows.
     pub sqlite_max_size_kib: Option<u64>,
+    /// PostgreSQL: straight, or through a pooler in transaction mode.
+    pub pooling: Pooling,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -158,7 +160,7 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.transaction(work).await,
             Store::Postgres(store) => {
-                let mut tx = Tx::Postgres(PgTx::new(store.begin().await?));
+                let mut tx = Tx::Postgres(store.transaction().await?);
                 let finish = work.run(&mut tx).await;
                 let Tx::Postgres(tx) = tx else {
                     unreachable!("a PostgreSQL store lends only PostgreSQL transactions");
@@ -193,7 +195,13 @@ impl Store {
             ))
         } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
             Ok(Store::Postgres(
-                postgres::connect(database_url, settings.pool_size, settings.lock_timeout).await?,
+                postgres::connect(
+                    database_url,
+                    settings.pool_size,
+                    settings.lock_timeout,
+                    settings.pooling,
+                )
+                .await?,
             ))
         } else {
             Err(ConnectError::Config(
@@ -221,7 +229,17 @@ impl Store {
     ) -> Result<Vec<T>, StoreError> {
         match self {
             Store::Sqlite(store) => store.read(sql, args, read).await,
-            Store::Postgres(store) => postgres::fetch_all(&store.pool, sql, args, read).await,
+            Store::Postgres(store) => store.read(sql, args, read).await,
+        }
+    }
+
+    /// Runs the migrations of the database at `url` (over a direct connection, never through a
+    /// pooler in transaction mode); the schema's version after them.
+    pub async fn migrate(database_url: &str) -> Result<i64, ConnectError> {
+        if database_url.starts_with("sqlite:") {
+            sqlite::migrate_file(database_url).await
+        } else {
+            postgres::migrate(database_url).await
         }
     }
 

@@ -26,6 +26,25 @@ pub struct PgStore {
     pub pool: PgPool,
     /// Transactions waiting for a connection of the pool now.
     pub waiting: Arc<AtomicU64>,
+    /// `BEGIN` as sent behind a transaction pooler (with the claim's lock timeout, which no
+    /// session keeps there); `None`: a plain `BEGIN`, the timeout set once per connection.
+    begin_pooled: Option<String>,
+}
+
+/// Behind a pooler in transaction mode (PgBouncer's `pool_mode = transaction`) each transaction
+/// may run on another server connection, so nothing may outlive one: no named prepared
+/// statement (sqlx prepares `sqlx_s_1`, `sqlx_s_2`… per client connection, and two clients'
+/// names meet on one server connection: "prepared statement \"sqlx_s_1\" already exists"), no
+/// session `SET`, no session advisory lock (the migrator's). The store then sends unnamed
+/// statements, each inside a transaction, sets the lock timeout in every `BEGIN`, and leaves
+/// migrations to `checkout-server migrate` over a direct connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// The server's own pool, straight to PostgreSQL (or a pooler in session mode).
+    #[default]
+    Direct,
+    /// Through a pooler in transaction mode.
+    Transaction,
 }
 
 /// A pooled connection idle this long is pinged before it is lent.
@@ -35,10 +54,16 @@ pub async fn connect(
     url: &str,
     pool_size: u32,
     lock_timeout: Duration,
+    pooling: Pooling,
 ) -> Result<PgStore, ConnectError> {
     // The claim's wait bound is the session's; a claimed transaction lifts it for itself
-    // (CLAIM_KEY), and COMMIT or ROLLBACK brings it back. No statement per transaction for it.
-    let set_lock_timeout = format!("SET lock_timeout = '{}ms'", lock_timeout.as_millis().max(1));
+    // (CLAIM_KEY), and COMMIT or ROLLBACK brings it back. No statement per transaction for it,
+    // but behind a transaction pooler, where it travels with each BEGIN.
+    let timeout_ms = lock_timeout.as_millis().max(1);
+    let set_lock_timeout = match pooling {
+        Pooling::Direct => Some(format!("SET lock_timeout = '{timeout_ms}ms'")),
+        Pooling::Transaction => None,
+    };
     let pool = PgPoolOptions::new()
         .max_connections(pool_size)
         .acquire_timeout(Duration::from_secs(5))
@@ -57,25 +82,106 @@ pub async fn connect(
         .after_connect(move |conn, _| {
             let statement = set_lock_timeout.clone();
             Box::pin(async move {
-                sqlx::Executor::execute(conn, statement.as_str()).await?;
+                if let Some(statement) = statement {
+                    sqlx::Executor::execute(conn, statement.as_str()).await?;
+                }
                 Ok(())
             })
         })
         .connect(url)
         .await?;
-    MIGRATOR.run(&pool).await?;
+    let begin_pooled = match pooling {
+        Pooling::Direct => {
+            MIGRATOR.run(&pool).await?;
+            None
+        }
+        Pooling::Transaction => {
+            schema_is_current(&pool).await?;
+            Some(format!("BEGIN; SET LOCAL lock_timeout = '{timeout_ms}ms'"))
+        }
+    };
     Ok(PgStore {
         pool,
         waiting: Arc::default(),
+        begin_pooled,
     })
+}
+
+/// Runs the migrations over a direct connection (`checkout-server migrate`); the schema's
+/// version after them.
+pub async fn migrate(url: &str) -> Result<i64, ConnectError> {
+    let mut conn: sqlx::PgConnection = sqlx::Connection::connect(url).await?;
+    MIGRATOR.run(&mut conn).await?;
+    let _ = sqlx::Connection::close(conn).await;
+    Ok(latest_migration())
+}
+
+fn latest_migration() -> i64 {
+    MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Behind a transaction pooler the server does not migrate (the migrator holds a session's
+/// advisory lock): it starts only on a schema `checkout-server migrate` brought up to date.
+async fn schema_is_current(pool: &PgPool) -> Result<(), ConnectError> {
+    // A simple query (no arguments, no prepared statement): safe outside a transaction.
+    let applied: Option<i64> = sqlx::Executor::fetch_optional(
+        pool,
+        "SELECT MAX(version) FROM _sqlx_migrations WHERE success",
+    )
+    .await
+    .ok()
+    .flatten()
+    .and_then(|row| row.try_get::<Option<i64>, _>(0).ok().flatten());
+    let needed = latest_migration();
+    match applied {
+        Some(version) if version >= needed => Ok(()),
+        found => Err(ConnectError::Config(format!(
+            "the database's schema is at version {}, this server needs {needed}: behind a \
+             transaction pooler the server does not migrate; run `checkout-server migrate` with \
+             DATABASE_URL naming PostgreSQL itself",
+            found.map_or_else(|| "none".to_owned(), |v| v.to_string())
+        ))),
+    }
 }
 
 impl PgStore {
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        let begun = self.pool.begin().await;
+        let begun = match &self.begin_pooled {
+            None => self.pool.begin().await,
+            Some(begin) => self.pool.begin_with(begin.clone()).await,
+        };
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         begun.map_err(classify)
+    }
+
+    /// Whether statements are named and kept prepared per connection (not behind a
+    /// transaction pooler).
+    pub fn prepared(&self) -> bool {
+        self.begin_pooled.is_none()
+    }
+
+    /// A transaction of this store for a unit of work.
+    pub(super) async fn transaction(&self) -> Result<PgTx, StoreError> {
+        Ok(PgTx::new(self.begin().await?, self.prepared()))
+    }
+
+    /// A read outside any unit of work: on any pooled connection; behind a transaction pooler,
+    /// in a transaction of its own (an unnamed statement is parsed and run in two exchanges,
+    /// which the pooler may give to two server connections unless a transaction holds one).
+    pub(super) async fn read<T>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<Vec<T>, StoreError> {
+        if self.prepared() {
+            return fetch_all(&self.pool, sql, args, read, true).await;
+        }
+        let mut tx = self.begin().await?;
+        let rows = fetch_all(&mut *tx, sql, args, read, false).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(rows)
     }
 }
 
@@ -87,13 +193,16 @@ impl PgStore {
 pub struct PgTx {
     tx: Transaction<'static, Postgres>,
     deferred: Vec<(&'static str, Vec<OwnedArg>)>,
+    /// Named, cached statements (see [`Pooling`]).
+    prepared: bool,
 }
 
 impl PgTx {
-    pub(super) fn new(tx: Transaction<'static, Postgres>) -> PgTx {
+    pub(super) fn new(tx: Transaction<'static, Postgres>, prepared: bool) -> PgTx {
         PgTx {
             tx,
             deferred: Vec::new(),
+            prepared,
         }
     }
 
@@ -103,11 +212,11 @@ impl PgTx {
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<Vec<T>, StoreError> {
-        fetch_all(&mut *self.tx, sql, args, read).await
+        fetch_all(&mut *self.tx, sql, args, read, self.prepared).await
     }
 
     pub(super) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
-        execute(&mut *self.tx, sql, args).await
+        execute(&mut *self.tx, sql, args, self.prepared).await
     }
 
     /// Sends `sql` later, in this transaction (see above): only for a statement that writes
@@ -142,13 +251,13 @@ impl PgTx {
         for (_, statement_args) in &deferred {
             all_args.extend(statement_args.iter().map(OwnedArg::borrow));
         }
-        execute(&mut *self.tx, &composed, &all_args).await
+        execute(&mut *self.tx, &composed, &all_args, self.prepared).await
     }
 
     pub(super) async fn commit(mut self) -> Result<(), StoreError> {
         for (statement, args) in std::mem::take(&mut self.deferred) {
             let args: Vec<Arg<'_>> = args.iter().map(OwnedArg::borrow).collect();
-            execute(&mut *self.tx, statement, &args).await?;
+            execute(&mut *self.tx, statement, &args, self.prepared).await?;
         }
         self.tx.commit().await.map_err(classify_commit)
     }
@@ -196,13 +305,16 @@ fn bind<'q>(
     query
 }
 
+/// `prepared`: as a named statement kept for the connection's next use; or unnamed (see
+/// [`Pooling`]).
 pub async fn fetch_all<'c, T>(
     conn: impl PgExecutor<'c>,
     sql: &str,
     args: &[Arg<'_>],
     read: ReadRow<T>,
+    prepared: bool,
 ) -> Result<Vec<T>, StoreError> {
-    let rows = bind(sqlx::query(sql), args)
+    let rows = bind(sqlx::query(sql).persistent(prepared), args)
         .fetch_all(conn)
         .await
         .map_err(classify)?;
@@ -215,8 +327,9 @@ pub async fn execute<'c>(
     conn: impl PgExecutor<'c>,
     sql: &str,
     args: &[Arg<'_>],
+    prepared: bool,
 ) -> Result<u64, StoreError> {
-    bind(sqlx::query(sql), args)
+    bind(sqlx::query(sql).persistent(prepared), args)
         .execute(conn)
         .await
         .map(|done| done.rows_affected())

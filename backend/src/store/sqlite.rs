@@ -118,6 +118,18 @@ pub async fn connect(
     })
 }
 
+/// `checkout-server migrate` on a SQLite file (created if missing): the schema's version after.
+pub async fn migrate_file(url: &str) -> Result<i64, ConnectError> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .foreign_keys(true);
+    let mut conn = options.connect().await?;
+    migrate(&mut conn).await?;
+    sqlx::Connection::close(conn).await?;
+    Ok(MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0))
+}
+
 /// sqlx's migrator, except that a migration marked `-- no-transaction` runs with foreign keys
 /// off (SQLite allows turning them off only outside a transaction, and rebuilding a table needs
 /// it: <https://www.sqlite.org/lang_altertable.html#otheralter>), still in one transaction with
