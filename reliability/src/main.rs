@@ -4,8 +4,10 @@
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
+use checkout_reliability::failover::{self, FailoverPlan, FailoverReport};
 use checkout_reliability::{Plan, Report, run};
 use checkout_testkit::Backend;
+use checkout_testkit::postgres::Replication;
 use clap::Parser;
 
 #[derive(Parser)]
@@ -22,6 +24,19 @@ struct Args {
     /// The attack goes on until at least this many servers or databases have died.
     #[arg(long, default_value_t = 24)]
     min_chaos_acts: u64,
+    /// Losses of the PostgreSQL primary per failover campaign (one with a synchronous standby,
+    /// one with an asynchronous one).
+    #[arg(long, default_value_t = 3)]
+    failovers: u32,
+    /// Requests per failover campaign at least.
+    #[arg(long, default_value_t = 3_000)]
+    failover_requests: u64,
+    /// Only the failover campaigns.
+    #[arg(long)]
+    only_failover: bool,
+    /// The table of `checkout-bench --verify-cost`, included as it is.
+    #[arg(long, default_value = "bench/verify-cost.md")]
+    verify_cost: String,
     #[arg(long, default_value = "RELIABILITY.md")]
     out: String,
 }
@@ -36,7 +51,12 @@ async fn main() -> std::process::ExitCode {
         .unwrap()
         .with_file_name("demo-shop-chaos");
     let mut reports = Vec::new();
-    for (backend, servers) in [(Backend::Postgres, 2), (Backend::Sqlite, 1)] {
+    let campaigns: &[(Backend, usize)] = if args.only_failover {
+        &[]
+    } else {
+        &[(Backend::Postgres, 2), (Backend::Sqlite, 1)]
+    };
+    for &(backend, servers) in campaigns {
         let plan = Plan {
             backend,
             servers,
@@ -66,18 +86,107 @@ async fn main() -> std::process::ExitCode {
         }
         reports.push((report, started.elapsed()));
     }
-    std::fs::write(&args.out, markdown(&args, &reports)).unwrap();
+    let mut failovers = Vec::new();
+    for replication in [Replication::Synchronous, Replication::Asynchronous] {
+        let plan = FailoverPlan {
+            replication,
+            failovers: args.failovers,
+            requests: args.failover_requests,
+            clients: args.clients,
+            load_before: Duration::from_secs(4),
+            detection: Duration::from_millis(300),
+            standby_delay: Duration::from_millis(20),
+        };
+        let started = Instant::now();
+        let report = failover::run(&plan, server_bin.to_str().unwrap()).await;
+        println!("{}  ({:.0} s)", report.summary(), started.elapsed().as_secs_f64());
+        for violation in &report.violations {
+            println!("  VIOLATION: {violation}");
+        }
+        failovers.push((report, started.elapsed()));
+    }
+    let verify_cost = std::fs::read_to_string(&args.verify_cost).ok();
+    std::fs::write(
+        &args.out,
+        markdown(&args, &reports, &failovers, verify_cost.as_deref()),
+    )
+    .unwrap();
     println!("wrote {}", args.out);
-    if reports.iter().all(|(r, _)| r.violations.is_empty()) {
+    if reports.iter().all(|(r, _)| r.violations.is_empty())
+        && failovers.iter().all(|(r, _)| r.violations.is_empty())
+    {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
     }
 }
 
-fn markdown(args: &Args, reports: &[(Report, Duration)]) -> String {
+fn markdown(
+    args: &Args,
+    reports: &[(Report, Duration)],
+    failovers: &[(FailoverReport, Duration)],
+    verify_cost: Option<&str>,
+) -> String {
     let mut md = String::new();
     writeln!(md, "# Reliability\n").unwrap();
+    if !reports.is_empty() {
+        campaign_markdown(&mut md, args, reports);
+    }
+    failover_markdown(&mut md, args, failovers);
+    if let Some(table) = verify_cost {
+        writeln!(md, "\n## `checkout-server verify` on a large database\n").unwrap();
+        writeln!(md, "Written by `scripts/bench --verify-cost 100000` (`checkout-bench`): the service pays sessions until each database holds at least 100 000 payments; `verify` runs alone, then back to back while the keyed service pays.\n").unwrap();
+        md.push_str(table);
+    }
+    md
+}
+
+fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport, Duration)]) {
+    writeln!(md, "\n## Losing the PostgreSQL primary\n").unwrap();
+    writeln!(md, "Each run: a durable primary streams its WAL to a standby over a link that delays every byte 20 ms each way (a standby in another zone); two checkout instances reach \"the primary\" through an address the harness moves (its own TCP forwarder, see `reliability/src/forwarder.rs`). {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund under load; {} times the primary's machine dies (SIGKILL to the postmaster and every backend at once, the link cut with whatever it still carried), 300 ms later (a failover manager's decision) the standby is promoted with `pg_ctl promote` and the address moved to it; a new standby is then made from the new primary (`pg_basebackup`) before the next loss. The old primary never starts again. Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs on the last primary.\n", args.clients, args.failovers).unwrap();
+    writeln!(md, "| replication | failovers survived | requests | acknowledged payments / refunds | acknowledged and lost | sessions / refusals lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | unavailable per failover (median, max) | events (undelivered, of lost changes) | verify | violations | time |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    for (r, took) in failovers {
+        let (median, max) = r.outage_median_max();
+        writeln!(
+            md,
+            "| {} | {} | {} | {} / {} | **{}** | {} / {} | **{}** | **{}** | {} ({}) | {} / {} | {median:.2} s, {max:.2} s | {} ({}, {}) | {} ({:.2} s) | **{}** | {:.0} s |",
+            r.replication,
+            r.failovers,
+            r.requests,
+            r.payments_acknowledged,
+            r.refunds_acknowledged,
+            r.acknowledged_lost,
+            r.sessions_lost,
+            r.refusals_lost,
+            r.double_charges,
+            r.other_5xx,
+            r.unavailable_503,
+            if r.without_retry_after == 0 { "yes" } else { "NO" },
+            r.resolved_by_replay,
+            r.resolved_by_first_execution,
+            r.events,
+            r.events_undelivered,
+            r.events_of_lost_changes,
+            if r.verify_holds { "holds" } else { "BROKEN" },
+            r.verify_took.as_secs_f64(),
+            r.violations.len(),
+            took.as_secs_f64()
+        )
+        .unwrap();
+    }
+    writeln!(md, "\n\"acknowledged and lost\": payments and refunds a client received `2xx` for that the promoted standby did not have; their keys, resent, ran again (one debit in the end, with a new payment id: the shopper's first receipt names a payment that no longer exists). \"sessions / refusals lost\": the same for sessions a shop was given and for stored refusals (a `402`, a `409`) a client was given: resent, the request ran again and could be answered otherwise. \"requests\" counts every request sent during the load, copies included: the synchronous run sends fewer in the same time because each commit waits a round trip to the standby. With a synchronous standby a commit is answered only once the standby has its WAL, so this must be 0, and is. With an asynchronous one, what the primary committed in the last ~20 ms before it died is gone. Why the checkout needs the synchronous standby is in the section below. \"unavailable\": from the primary's death to the first `2xx` for a request sent after it. A bounded version (one loss each way) runs in `scripts/test` (`reliability/tests/failover.rs`).\n").unwrap();
+    writeln!(md, "### Why a synchronous standby\n").unwrap();
+    writeln!(md, "The checkout's promise is that an acknowledged payment exists: the shopper was shown «Оплачено», the shop shipped the order. Asynchronous replication breaks that promise on every failover by whatever the last moments held, even though the books still balance and nobody is charged twice (each lost payment's key is gone with it, so its resend is a first execution: one debit). What a shop then sees is worse than a decline: a receipt for a payment id that the checkout no longer knows, and (had the webhook already gone out) an event for it. With `synchronous_commit = on` and the standby named in `synchronous_standby_names`, the price is one round trip to the standby per commit (20 ms here, which is why the synchronous run moves less money in the same time) and a primary that stops committing when its only standby is gone: run two standbys with `ANY 1 (s1, s2)`, or let the failover manager (Patroni's `synchronous_mode`) drop to asynchronous only while no standby is healthy and never promote a standby that was not synchronous.").unwrap();
+    for (r, _) in failovers {
+        for v in &r.violations {
+            writeln!(md, "- VIOLATION ({}): {v}", r.replication).unwrap();
+        }
+    }
+}
+
+fn campaign_markdown(md: &mut String, args: &Args, reports: &[(Report, Duration)]) {
+    writeln!(md, "## Kills, database restarts, cut connections\n").unwrap();
     writeln!(md, "Written by `scripts/campaign` (the `checkout-campaign` command). A population of {} clients acts for 5 shops and 50 shoppers. Each shop is a real demo shop process (`demo-shop`, its own SQLite database, its webhook receiver with its inbox), added with `checkout-server shop add`: clients order in its storefront (the cart form's token is the key; the shop makes the order's session with its own key), shoppers pay sessions (now and then one already paid), shops refund payments; about 30 % of the requests are duplicates (two concurrent copies of a new request, or a retry of an earlier key). The servers cut 5 % of their answers right after the commit; the shops hold 5 % of their webhook answers past the sender's 1 s timeout, after their own commit. Every {} ms something dies: a server is SIGKILLed and restarted on its port, a shop is SIGKILLed and restarted on its database (every fourth time), or (every third time, on PostgreSQL) the database is stopped with `pg_ctl stop -m immediate` and started again. PostgreSQL runs with its durable defaults. Afterwards every key is retried until it has a definite answer, and the campaign checks: every acknowledged session, payment and refund exists exactly once; no key moved money twice; at most one payment per session; every transfer is two ledger rows summing to zero; balance (with a shop's waiting credits) == sum(ledger) for every account, never negative; the money held by all accounts equals the money issued (conservation); refunds never exceed their payment; the stored replay of every key equals what the client first saw; every payment, refund and lapsed session wrote exactly one event; every event was delivered; and each shop knows every payment and refund of its orders exactly once in effect (order paid by that payment, learned from the webhook; refunded total equal to the checkout's; bonus the state those imply; one inbox entry per event).\n", args.clients, args.chaos_every_ms).unwrap();
     writeln!(md, "| database | servers | requests | duplicates | keys | sessions | payments | refunds | declines | no answer | server kills | shop kills | database restarts | money held / issued (kopecks) | shops hold | events / delivery attempts | shop orders checked | violations | time |").unwrap();
     writeln!(
@@ -119,5 +228,4 @@ fn markdown(args: &Args, reports: &[(Report, Duration)]) -> String {
             writeln!(md, "- VIOLATION ({}): {v}", r.backend).unwrap();
         }
     }
-    md
 }

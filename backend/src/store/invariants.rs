@@ -91,9 +91,13 @@ pub const INVARIANTS: &[Invariant] = &[
         says: "balance + unfolded credits == sum(ledger) per account, never negative but the funding account's",
         over: "accounts",
         violations: "\
-            SELECT a.account_id AS id FROM accounts a WHERE (a.balance < 0 AND a.kind <> 'funding') OR a.balance \
-              + (SELECT CAST(COALESCE(SUM(u.amount), 0) AS BIGINT) FROM unfolded_credits u WHERE u.account_id = a.account_id) \
-              <> (SELECT CAST(COALESCE(SUM(l.amount), 0) AS BIGINT) FROM ledger l WHERE l.account_id = a.account_id)",
+            SELECT a.account_id AS id FROM accounts a \
+              LEFT JOIN (SELECT account_id, SUM(amount) AS total FROM unfolded_credits GROUP BY account_id) u \
+                     ON u.account_id = a.account_id \
+              LEFT JOIN (SELECT account_id, SUM(amount) AS total FROM ledger GROUP BY account_id) l \
+                     ON l.account_id = a.account_id \
+             WHERE (a.balance < 0 AND a.kind <> 'funding') \
+                OR a.balance + COALESCE(u.total, 0) <> COALESCE(l.total, 0)",
     },
     Invariant {
         name: "test_money_conserved",
@@ -138,9 +142,10 @@ pub const INVARIANTS: &[Invariant] = &[
         says: "a payment is of its session's mode, and the session of its shop account's",
         over: "payments",
         violations: "\
-            SELECT p.payment_id AS id FROM payments p JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
-             WHERE p.livemode <> s.livemode \
-                OR s.livemode <> (SELECT a.livemode FROM accounts a WHERE a.account_id = s.shop_account_id)",
+            SELECT p.payment_id AS id FROM payments p \
+              JOIN checkout_sessions s ON s.session_id = p.checkout_session_id \
+              JOIN accounts a ON a.account_id = s.shop_account_id \
+             WHERE p.livemode <> s.livemode OR s.livemode <> a.livemode",
     },
     Invariant {
         name: "deposits_moved_once",
