@@ -99,7 +99,11 @@ async fn main() -> std::process::ExitCode {
         };
         let started = Instant::now();
         let report = failover::run(&plan, server_bin.to_str().unwrap()).await;
-        println!("{}  ({:.0} s)", report.summary(), started.elapsed().as_secs_f64());
+        println!(
+            "{}  ({:.0} s)",
+            report.summary(),
+            started.elapsed().as_secs_f64()
+        );
         for violation in &report.violations {
             println!("  VIOLATION: {violation}");
         }
@@ -145,7 +149,11 @@ fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport,
     writeln!(md, "\n## Losing the PostgreSQL primary\n").unwrap();
     writeln!(md, "Each run: a durable primary streams its WAL to a standby over a link that delays every byte 20 ms each way (a standby in another zone); two checkout instances reach \"the primary\" through an address the harness moves (its own TCP forwarder, see `reliability/src/forwarder.rs`). {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund under load; {} times the primary's machine dies (SIGKILL to the postmaster and every backend at once, the link cut with whatever it still carried), 300 ms later (a failover manager's decision) the standby is promoted with `pg_ctl promote` and the address moved to it; a new standby is then made from the new primary (`pg_basebackup`) before the next loss. The old primary never starts again. Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs on the last primary.\n", args.clients, args.failovers).unwrap();
     writeln!(md, "| replication | failovers survived | requests | acknowledged payments / refunds | acknowledged and lost | sessions / refusals lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | unavailable per failover (median, max) | events (undelivered, of lost changes) | verify | violations | time |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    .unwrap();
     for (r, took) in failovers {
         let (median, max) = r.outage_median_max();
         writeln!(

@@ -28,7 +28,11 @@ async fn losing_the_primary_with_a_synchronous_standby_loses_nothing_acknowledge
     assert_eq!(report.failovers, 1);
     assert!(report.payments_acknowledged > 0 && report.refunds_acknowledged > 0);
     assert_eq!(
-        (report.acknowledged_lost, report.sessions_lost, report.refusals_lost),
+        (
+            report.acknowledged_lost,
+            report.sessions_lost,
+            report.refusals_lost
+        ),
         (0, 0, 0),
         "{}",
         report.summary()

@@ -124,14 +124,17 @@ fn latest_migration() -> i64 {
 /// advisory lock): it starts only on a schema `checkout-server migrate` brought up to date.
 async fn schema_is_current(pool: &PgPool) -> Result<(), ConnectError> {
     // A simple query (no arguments, no prepared statement): safe outside a transaction.
-    let applied: Option<i64> = sqlx::Executor::fetch_optional(
+    let read = sqlx::Executor::fetch_one(
         pool,
         "SELECT MAX(version) FROM _sqlx_migrations WHERE success",
     )
-    .await
-    .ok()
-    .flatten()
-    .and_then(|row| row.try_get::<Option<i64>, _>(0).ok().flatten());
+    .await;
+    let applied: Option<i64> = match read {
+        Ok(row) => row.try_get(0)?,
+        // No bookkeeping table yet: never migrated.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => None,
+        Err(error) => return Err(error.into()),
+    };
     let needed = latest_migration();
     match applied {
         Some(version) if version >= needed => Ok(()),
