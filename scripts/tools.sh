@@ -10,10 +10,12 @@
 #   CHECKOUT_ROOT     the project (Cargo.lock, tools/package.json); default: this checkout
 #   CHECKOUT_PG_BIN   where Debian keeps PostgreSQL's programs; default /usr/lib/postgresql/15/bin
 #   CHECKOUT_PGBOUNCER  PgBouncer's program; default /usr/sbin/pgbouncer (Debian's)
+#   CHECKOUT_RABBITMQ_BIN  RabbitMQ's programs; default /usr/lib/rabbitmq/bin (Debian's)
 
 CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
 CHECKOUT_PGBOUNCER="${CHECKOUT_PGBOUNCER:-/usr/sbin/pgbouncer}"
+CHECKOUT_RABBITMQ_BIN="${CHECKOUT_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
 AXE_CORE_VERSION=4.14.1
@@ -72,6 +74,11 @@ has_postgres() {
 # The API suite also runs through PgBouncer (transaction pooling) in front of PostgreSQL.
 has_pgbouncer() {
     [ -x "$CHECKOUT_PGBOUNCER" ]
+}
+
+# The tests start a throwaway RabbitMQ node (the checkout's events on a broker).
+has_rabbitmq() {
+    [ -x "$CHECKOUT_RABBITMQ_BIN/rabbitmq-server" ] && [ -x "$CHECKOUT_RABBITMQ_BIN/rabbitmqctl" ]
 }
 
 has_wasm_target() {
@@ -135,6 +142,7 @@ install_tools() {
     command -v python3 >/dev/null 2>&1 || debian+=(python3 python3-venv)
     has_postgres || debian+=(postgresql)
     has_pgbouncer || debian+=(pgbouncer)
+    has_rabbitmq || debian+=(rabbitmq-server)
     if [ ${#debian[@]} -gt 0 ]; then
         step "installing ${debian[*]} (Debian packages)" apt_install "${debian[@]}"
         command -v chromium >/dev/null 2>&1 || fail "installing chromium" "no chromium on PATH"
@@ -142,6 +150,7 @@ install_tools() {
         command -v npm >/dev/null 2>&1 || fail "installing npm" "no npm on PATH"
         verify "installing postgresql" has_postgres
         verify "installing pgbouncer" has_pgbouncer
+        verify "installing rabbitmq-server" has_rabbitmq
     fi
 
     # The toolchain itself comes from rust-toolchain.toml; its wasm target may not.

@@ -294,6 +294,11 @@ pub struct Config {
     #[arg(long = "db-pooler", env = "CHECKOUT_DB_POOLER", default_value = "none")]
     pub db_pooler: DbPooler,
 
+    /// RabbitMQ (`amqp://user:password@host:5672/%2f`): the outbox's events are also published
+    /// there, to the topic exchange `checkout.events`, confirmed by the broker. Unset: no broker.
+    #[arg(long = "amqp-url", env = "CHECKOUT_AMQP_URL")]
+    pub amqp_url: Option<String>,
+
     /// Checks the books' invariants every this many seconds (as `checkout-server verify`
     /// does), exporting `checkout_invariant_violations{invariant}`; unset: never.
     #[arg(long = "verify-secs", env = "CHECKOUT_VERIFY_SECS",

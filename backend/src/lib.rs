@@ -34,7 +34,7 @@ use crate::api::AppState;
 use crate::config::Config;
 use crate::operations::{demo, shops};
 use crate::store::Store;
-use crate::workers::{delivery, sweeper, verifier};
+use crate::workers::{delivery, publisher, sweeper, verifier};
 
 /// What a test or benchmark build adds to the server. The shipped binary runs with the
 /// default, which adds nothing.
@@ -102,6 +102,15 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         deliveries.clone(),
     );
     let delivery = delivery::spawn(store.clone(), config.delivery(), deliveries.clone());
+    let publisher = config.amqp_url.clone().map(|url| {
+        publisher::spawn(
+            store.clone(),
+            publisher::PublisherSettings {
+                url,
+                poll: Duration::from_millis(config.webhook_poll_ms),
+            },
+        )
+    });
     let verifier = config
         .verify_secs
         .map(|secs| verifier::spawn(store.clone(), Duration::from_secs(secs)));
@@ -146,8 +155,8 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     .map_err(StartError::Serve)?;
     sweeper.abort();
     delivery.abort();
-    if let Some(verifier) = verifier {
-        verifier.abort();
+    for worker in [verifier, publisher].into_iter().flatten() {
+        worker.abort();
     }
     tracing::info!("stopped");
     Ok(())

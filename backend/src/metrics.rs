@@ -91,6 +91,16 @@ pub fn outbox_now(depth: i64, oldest_age_ms: i64) {
     metrics::gauge!("checkout_outbox_oldest_age_seconds").set(oldest_age_ms as f64 / 1000.0);
 }
 
+/// Events waiting for the broker's confirm (`CHECKOUT_AMQP_URL`).
+pub fn broker_backlog(depth: i64) {
+    metrics::gauge!("checkout_broker_backlog").set(depth as f64);
+}
+
+/// Events the broker confirmed.
+pub fn published(count: usize) {
+    metrics::counter!("checkout_broker_published_total").increment(count as u64);
+}
+
 /// One invariant of the books, as the last periodic check found it.
 pub fn invariant_checked(invariant: &'static str, violations: usize) {
     metrics::gauge!("checkout_invariant_violations", "invariant" => invariant)
@@ -150,6 +160,14 @@ pub fn describe() {
     describe_counter!(
         "checkout_webhook_deliveries_total",
         "Webhook delivery attempts by result (delivered, retry, dead)"
+    );
+    describe_gauge!(
+        "checkout_broker_backlog",
+        "Events not yet confirmed by the broker (CHECKOUT_AMQP_URL)"
+    );
+    describe_counter!(
+        "checkout_broker_published_total",
+        "Events published to the broker and confirmed by it"
     );
     describe_gauge!(
         "checkout_invariant_violations",

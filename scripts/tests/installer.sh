@@ -30,6 +30,7 @@ fake_chromium() { fake "$1/chromium" "Chromium 156.0.8078.73"; }
 fake_chromedriver() { fake "$1/chromedriver" "ChromeDriver 156.0.8078.73"; }
 fake_postgres() { fake "$1/initdb" "initdb (PostgreSQL) 15"; fake "$1/pg_ctl" "pg_ctl (PostgreSQL) 15"; }
 fake_pgbouncer() { fake "$1/pgbouncer" "PgBouncer 1.18.0"; }
+fake_rabbitmq() { fake "$1/rabbitmq-server" "RabbitMQ 3.10.8"; fake "$1/rabbitmqctl" "RabbitMQ 3.10.8"; }
 fake_schemathesis() { fake "$1/st" "st, version 4.32.5"; }
 fake_axe_core() {
     mkdir -p "$1/axe-core"
@@ -42,7 +43,7 @@ make_world() {
     local dir="$1"
     shift
     local absent=" $* " tool
-    mkdir -p "$dir/bin" "$dir/sys" "$dir/cargo/bin" "$dir/root/tools" "$dir/pg" "$dir/sbin"
+    mkdir -p "$dir/bin" "$dir/sys" "$dir/cargo/bin" "$dir/root/tools" "$dir/pg" "$dir/sbin" "$dir/rabbitmq"
     : >"$dir/installs"
     cp "$here/../../Cargo.lock" "$dir/root/Cargo.lock"
     # Only the system programs the installer needs, so that no real tool leaks in.
@@ -52,7 +53,7 @@ make_world() {
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
     { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_chromium fake_chromedriver \
-        fake_postgres fake_pgbouncer fake_schemathesis fake_axe_core; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+        fake_postgres fake_pgbouncer fake_rabbitmq fake_schemathesis fake_axe_core; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
@@ -61,6 +62,7 @@ make_world() {
     [[ $absent == *" chromedriver "* ]] || fake_chromedriver "$dir/bin"
     [[ $absent == *" postgresql "* ]] || fake_postgres "$dir/pg"
     [[ $absent == *" pgbouncer "* ]] || fake_pgbouncer "$dir/sbin"
+    [[ $absent == *" rabbitmq-server "* ]] || fake_rabbitmq "$dir/rabbitmq"
     [[ $absent == *" schemathesis "* ]] || fake_schemathesis "$dir/root/tools/venv/bin"
     [[ $absent == *" wasm32 "* ]] || : >"$dir/wasm32-installed"
     [[ $absent == *" trunk-0.22 "* ]] && fake "$dir/cargo/bin/trunk" "trunk 0.22.0"
@@ -78,6 +80,7 @@ for package in "\$@"; do
         chromium-driver) fake_chromedriver "$dir/bin" ;;
         postgresql) fake_postgres "$dir/pg" ;;
         pgbouncer) fake_pgbouncer "$dir/sbin" ;;
+        rabbitmq-server) fake_rabbitmq "$dir/rabbitmq" ;;
         npm) ;;
         *) echo "unexpected package \$package" >&2; exit 100 ;;
     esac
@@ -126,7 +129,7 @@ STUB
 install_in() {
     local dir="$1"
     env -i HOME="$dir" CARGO_HOME="$dir/cargo" CHECKOUT_ROOT="$dir/root" CHECKOUT_PG_BIN="$dir/pg" \
-        CHECKOUT_PGBOUNCER="$dir/sbin/pgbouncer" \
+        CHECKOUT_PGBOUNCER="$dir/sbin/pgbouncer" CHECKOUT_RABBITMQ_BIN="$dir/rabbitmq" \
         FAIL_CARGO="${FAIL_CARGO:-}" PATH="$dir/bin:$dir/sys" \
         "$(command -v bash)" -c "set -euo pipefail; . '$tools_sh'; install_tools" \
         >"$dir/stdout" 2>"$dir/stderr"
@@ -166,10 +169,11 @@ declare -A install_of=(
     [chromedriver]="apt-get install chromium-driver"
     [postgresql]="apt-get install postgresql"
     [pgbouncer]="apt-get install pgbouncer"
+    [rabbitmq-server]="apt-get install rabbitmq-server"
     [wasm32]="rustup target add wasm32-unknown-unknown"
     [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
 )
-for tool in trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer wasm32 schemathesis; do
+for tool in trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -182,10 +186,10 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer wasm32 schemathesis
+make_world "$dir" trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
-    "apt-get install chromium chromium-driver postgresql pgbouncer" \
+    "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server" \
     "rustup target add wasm32-unknown-unknown" \
     "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci" "${install_of[schemathesis]}"
 : >"$dir/installs"

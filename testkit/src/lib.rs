@@ -5,6 +5,7 @@
 pub mod chromium;
 pub mod pgbouncer;
 pub mod postgres;
+pub mod rabbitmq;
 pub mod receiver;
 
 use std::collections::HashMap;

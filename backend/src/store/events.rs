@@ -9,6 +9,18 @@ use super::{Store, StoreError, Tx};
 pub const OUTBOX_BACKLOG: &str = "\
 SELECT COUNT(*) AS depth, MIN(created_at) AS oldest FROM webhook_events WHERE status = 'pending'";
 
+/// Events not yet confirmed by the broker, in the outbox's order (`CHECKOUT_AMQP_URL`).
+pub const UNPUBLISHED_EVENTS: &str = "\
+SELECT event_id, type, body FROM webhook_events WHERE published_at IS NULL ORDER BY seq LIMIT $1";
+
+/// Events waiting for the broker, for the metrics.
+pub const BROKER_BACKLOG: &str =
+    "SELECT COUNT(*) AS depth FROM webhook_events WHERE published_at IS NULL";
+
+/// An event the broker confirmed.
+pub const MARK_PUBLISHED: &str =
+    "UPDATE webhook_events SET published_at = $2 WHERE event_id = $1 AND published_at IS NULL";
+
 /// An event into the outbox; its place in the delivery order is the next number, safely under
 /// SQLite's one writer.
 pub const SQLITE_INSERT_EVENT: &str = "\
@@ -221,6 +233,15 @@ pub enum EventSettled {
     },
 }
 
+/// An event to publish to the broker: its id (the message's `message_id`), type (the routing
+/// key) and body.
+#[derive(Clone, Debug)]
+pub struct UnpublishedEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub body: String,
+}
+
 /// An event to write in the transaction of the change it tells of.
 pub struct NewEvent<'a> {
     pub event_id: &'a str,
@@ -232,6 +253,47 @@ pub struct NewEvent<'a> {
 }
 
 impl Store {
+    /// Up to `limit` events the broker has not confirmed, oldest first.
+    pub async fn unpublished_events(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<UnpublishedEvent>, StoreError> {
+        self.read(UNPUBLISHED_EVENTS, &[Arg::Int(limit)], |row| {
+            Ok(UnpublishedEvent {
+                event_id: row.text("event_id")?,
+                event_type: row.text("type")?,
+                body: row.text("body")?,
+            })
+        })
+        .await
+    }
+
+    /// Events waiting for the broker.
+    pub async fn broker_backlog(&self) -> Result<i64, StoreError> {
+        let rows = self
+            .read(BROKER_BACKLOG, &[], |row| row.int("depth"))
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or(0))
+    }
+
+    /// Marks the events the broker confirmed, in one short transaction.
+    pub async fn mark_published(
+        &self,
+        event_ids: Vec<String>,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            Box::pin(async move {
+                for event_id in &event_ids {
+                    tx.execute(MARK_PUBLISHED, &[Arg::Text(event_id), Arg::Int(at_ms)])
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
     pub async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
         let rows = self
             .read(OUTBOX_BACKLOG, &[], |row| {

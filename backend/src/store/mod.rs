@@ -28,7 +28,7 @@ use checkout_idempotency::{Classify, Failure, Finish, Work};
 
 pub use accounts::{AccountKind, AccountRow, ShopRow, TokenHolder};
 pub use deposits::NewDeposit;
-pub use events::{EventRow, EventSettled, NewEvent, OutboxBacklog};
+pub use events::{EventRow, EventSettled, NewEvent, OutboxBacklog, UnpublishedEvent};
 pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,
     Refunded,

@@ -1,0 +1,119 @@
+//! The outbox published to RabbitMQ (`CHECKOUT_AMQP_URL`), beside the webhooks: every event,
+//! in the outbox's order, to the durable topic exchange `checkout.events` with its type as the
+//! routing key, persistent, `message_id` = the event's id. An event counts as published only
+//! once the broker confirmed it (publisher confirms); then `published_at` is set. A crash or a
+//! lost confirm in between publishes it again: at least once, and the consumers' inboxes absorb
+//! the copy (the same `message_id`). The money path never waits for it: events are read from
+//! the outbox after their commit, and a broker that is down only grows the backlog
+//! (`checkout_broker_backlog`).
+
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties, ExchangeKind};
+use tokio::task::JoinHandle;
+
+use crate::store::{BoxError, Store};
+
+/// The exchange every event is published to.
+pub const EXCHANGE: &str = "checkout.events";
+/// Events published per round (each confirmed before the round's rows are marked).
+const BATCH: i64 = 100;
+
+#[derive(Clone, Debug)]
+pub struct PublisherSettings {
+    pub url: String,
+    /// How often the outbox is looked at when it had nothing to publish.
+    pub poll: Duration,
+}
+
+pub fn spawn(store: Store, settings: PublisherSettings) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let started = std::time::Instant::now();
+            match publish(&store, &settings).await {
+                Ok(()) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "publishing events to the broker failed; will retry");
+                    if let Ok(depth) = store.broker_backlog().await {
+                        crate::metrics::broker_backlog(depth);
+                    }
+                }
+            }
+            // A connection that served a while starts the pauses again from the shortest.
+            if started.elapsed() > Duration::from_secs(10) {
+                pause = Duration::from_millis(100);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    })
+}
+
+/// One connection's life: publishes until something fails.
+async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxError> {
+    let connection = Connection::connect(&settings.url, ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    channel
+        .exchange_declare(
+            EXCHANGE.into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    tracing::info!("publishing the outbox's events to the broker");
+    loop {
+        let events = store.unpublished_events(BATCH).await?;
+        crate::metrics::broker_backlog(store.broker_backlog().await?);
+        if events.is_empty() {
+            tokio::time::sleep(settings.poll).await;
+            continue;
+        }
+        let mut confirms = Vec::with_capacity(events.len());
+        for event in &events {
+            let properties = BasicProperties::default()
+                .with_message_id(event.event_id.as_str().into())
+                .with_type(event.event_type.as_str().into())
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2); // persistent
+            let confirm = channel
+                .basic_publish(
+                    EXCHANGE.into(),
+                    event.event_type.as_str().into(),
+                    BasicPublishOptions::default(),
+                    event.body.as_bytes(),
+                    properties,
+                )
+                .await?;
+            confirms.push(confirm);
+        }
+        let mut confirmed = Vec::with_capacity(events.len());
+        for (event, confirm) in events.iter().zip(confirms) {
+            match confirm.await? {
+                Confirmation::Ack(_) => confirmed.push(event.event_id.clone()),
+                other => {
+                    return Err(format!(
+                        "the broker did not confirm {}: {other:?}",
+                        event.event_id
+                    )
+                    .into());
+                }
+            }
+        }
+        let count = confirmed.len();
+        store
+            .mark_published(confirmed, checkout_idempotency::now_ms())
+            .await?;
+        crate::metrics::published(count);
+    }
+}

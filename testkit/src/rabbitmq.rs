@@ -1,0 +1,170 @@
+//! A throwaway RabbitMQ node (Debian's `rabbitmq-server`) for one test: its own ports (AMQP,
+//! Erlang distribution, epmd), data directory and cookie, started in the background and
+//! stopped (with its epmd) when dropped or when the test process is gone. It can be killed and
+//! started again on the same data: durable queues and persistent messages survive.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::postgres::free_port;
+
+pub struct Broker {
+    pub port: u16,
+    dir: PathBuf,
+    epmd_port: u16,
+    dist_port: u16,
+    node: String,
+    /// The node's process as started (waited for once killed).
+    process: Mutex<Option<Child>>,
+}
+
+fn bin_dir() -> PathBuf {
+    let dir = std::env::var_os("CHECKOUT_RABBITMQ_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/rabbitmq/bin"));
+    assert!(
+        dir.join("rabbitmq-server").exists(),
+        "RabbitMQ is required for these tests and was not found in {}: install it (the README's \
+         test command does: Debian's rabbitmq-server)",
+        dir.display()
+    );
+    dir
+}
+
+impl Broker {
+    /// A new node, up and accepting AMQP connections (about 8 s).
+    pub fn start() -> Broker {
+        let dir = tempfile::Builder::new()
+            .prefix("checkout-rabbitmq-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+        let port = free_port();
+        let broker = Broker {
+            port,
+            node: format!("checkout{port}@localhost"),
+            dir,
+            epmd_port: free_port(),
+            dist_port: free_port(),
+            process: Mutex::new(None),
+        };
+        broker.launch();
+        broker.stop_when_tests_exit();
+        broker
+    }
+
+    /// `amqp://` of the node's default virtual host.
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    fn launch(&self) {
+        let dir = &self.dir;
+        let log = std::fs::File::create(dir.join("node.log")).unwrap();
+        let process = Command::new("setsid")
+            .arg(bin_dir().join("rabbitmq-server"))
+            .current_dir(dir)
+            .env("HOME", dir)
+            .env("RABBITMQ_NODENAME", &self.node)
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq"))
+            .env("RABBITMQ_PID_FILE", dir.join("pid"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("rabbitmq-server starts");
+        *self.process.lock().unwrap() = Some(process);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "RabbitMQ accepts connections within 60 s: {}",
+                std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Listening is not ready: `await_startup` returns once the broker has booted, its
+        // queues recovered.
+        let ready = Command::new(bin_dir().join("rabbitmqctl"))
+            .args(["-n", &self.node, "await_startup", "--timeout", "60"])
+            .env("HOME", dir)
+            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+            .output()
+            .expect("rabbitmqctl runs");
+        assert!(
+            ready.status.success(),
+            "RabbitMQ started within 60 s: {}{}",
+            String::from_utf8_lossy(&ready.stderr),
+            std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
+        );
+    }
+
+    /// SIGKILL to the node (its data stays).
+    pub fn kill(&self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("pid")) {
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = std::fs::remove_file(self.dir.join("pid"));
+        }
+        if let Some(mut process) = self.process.lock().unwrap().take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+
+    /// Killed, then started again on its data.
+    pub fn restart(&self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// A shell line that stops the node and its epmd.
+    fn stop_script(&self) -> String {
+        format!(
+            "kill -KILL $(cat {dir}/pid 2>/dev/null) 2>/dev/null; epmd -port {epmd} -kill \
+             >/dev/null 2>&1; rm -rf {dir}",
+            dir = self.dir.display(),
+            epmd = self.epmd_port
+        )
+    }
+
+    fn stop_when_tests_exit(&self) {
+        let script = format!(
+            "while kill -0 {me} 2>/dev/null; do sleep 1; done; {}",
+            self.stop_script(),
+            me = std::process::id()
+        );
+        let watcher = Command::new("setsid")
+            .args(["sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the broker's watcher starts");
+        #[allow(clippy::zombie_processes)]
+        std::mem::forget(watcher);
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = Command::new("sh")
+            .args(["-c", &self.stop_script()])
+            .status();
+    }
+}
