@@ -46,6 +46,9 @@ pub struct Seams {
     pub routes: Option<Router<AppState>>,
     /// Wraps the API's handlers, inside the logging and error layers (e.g. to lose answers).
     pub wrap: Option<Box<dyn FnOnce(Router) -> Router + Send>>,
+    /// Called once the broker confirmed a batch of events, before they are marked published
+    /// (e.g. to crash right there).
+    pub after_broker_confirm: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +111,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
             publisher::PublisherSettings {
                 url,
                 poll: Duration::from_millis(config.webhook_poll_ms),
+                after_confirm: seams.after_broker_confirm.clone(),
             },
         )
     });

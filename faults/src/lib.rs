@@ -17,6 +17,7 @@
 //! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
 //! | `html_after_commit=N` | the first N payments commit, then answer `200` with a proxy's HTML page |
 //! | `delay_account_ms=MS` | (not keyed) `GET /api/account` answers MS late |
+//! | `crash_after_broker_confirm=N` | (`CHECKOUT_AMQP_URL`) the process aborts once the broker confirmed its N-th batch of events, before they are marked published |
 
 mod shop;
 
@@ -53,7 +54,9 @@ pub fn main() -> ExitCode {
         eprintln!("FAULT INJECTION IS ON: {spec}");
     }
     let after_commit = faults.clone();
+    let confirmed = faults.clone();
     checkout_backend::cli::main_with(Seams {
+        after_broker_confirm: Some(Arc::new(move || confirmed.after_broker_confirm())),
         hooks: Some(faults),
         routes: None,
         wrap: Some(Box::new(move |router: Router| {
@@ -87,6 +90,7 @@ pub struct Faults {
     html_after_commit: AtomicU64,
     delay_account: Duration,
     claims_seen: Mutex<HashMap<String, u64>>,
+    crash_after_broker_confirm: AtomicU64,
 }
 
 /// `name=N,name=N,…` (a bare `name` is `name=1`), as `(name, N)` pairs.
@@ -121,6 +125,9 @@ impl Faults {
                 "drop_after_commit_percent" => faults.drop_after_commit_percent = value,
                 "html_after_commit" => faults.html_after_commit = AtomicU64::new(value),
                 "delay_account_ms" => faults.delay_account = Duration::from_millis(value),
+                "crash_after_broker_confirm" => {
+                    faults.crash_after_broker_confirm = AtomicU64::new(value)
+                }
                 other => return Err(format!("unknown fault {other}")),
             }
         }
@@ -129,6 +136,22 @@ impl Faults {
 
     /// After `COMMIT`, before the answer leaves: may delay it, replace it with `503`, or cut
     /// the connection mid-answer. Only first executions: a replay is never lost.
+    /// The N-th confirmed batch: the process dies before marking it (as if SIGKILLed there).
+    fn after_broker_confirm(&self) {
+        let left = self.crash_after_broker_confirm.load(Ordering::SeqCst);
+        if left == 0 {
+            return;
+        }
+        if self
+            .crash_after_broker_confirm
+            .fetch_sub(1, Ordering::SeqCst)
+            == 1
+        {
+            eprintln!("FAULT: crashing after the broker's confirm, before marking the events");
+            std::process::abort();
+        }
+    }
+
     async fn after_commit(&self, response: Response, payment: bool) -> Response {
         if response.extensions().get::<KeyOutcome>() != Some(&KeyOutcome::First) {
             return response;

@@ -295,6 +295,11 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// The exit status, once the process has ended by itself (`None` while it runs).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGTERM, then the exit status once it has stopped.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         Command::new("kill")

@@ -7,6 +7,7 @@
 //! the outbox after their commit, and a broker that is down only grows the backlog
 //! (`checkout_broker_backlog`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
@@ -22,11 +23,13 @@ pub const EXCHANGE: &str = "checkout.events";
 /// Events published per round (each confirmed before the round's rows are marked).
 const BATCH: i64 = 100;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PublisherSettings {
     pub url: String,
     /// How often the outbox is looked at when it had nothing to publish.
     pub poll: Duration,
+    /// A test's seam: called between the broker's confirm and the marking (see `Seams`).
+    pub after_confirm: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 pub fn spawn(store: Store, settings: PublisherSettings) -> JoinHandle<()> {
@@ -109,6 +112,9 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
                     .into());
                 }
             }
+        }
+        if let Some(after_confirm) = &settings.after_confirm {
+            after_confirm();
         }
         let count = confirmed.len();
         store
