@@ -144,8 +144,10 @@ async fn a_scripted_sequence_scrapes_as_exact_counts(backend: Backend) {
         value(&text, "checkout_outbox_oldest_age_seconds", &[]),
         Some(0.0)
     );
+    // Reported; their values are the instant's: the delivery worker's own short writes (a claim
+    // every 50 ms here) may be running or queued at the moment of the scrape.
     assert!(value(&text, "checkout_db_connections_in_use", &[]).is_some());
-    assert_eq!(value(&text, "checkout_db_waiting", &[]), Some(0.0));
+    assert!(value(&text, "checkout_db_waiting", &[]).is_some_and(|n| n >= 0.0));
     if backend == Backend::Sqlite {
         let commits = value(&text, "checkout_sqlite_group_commit_units_count", &[]);
         assert!(commits.is_some_and(|n| n >= 6.0), "{commits:?}");
