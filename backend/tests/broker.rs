@@ -9,12 +9,8 @@ use std::time::{Duration, Instant};
 
 use checkout_testkit as support;
 use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use reqwest::StatusCode;
 use support::rabbitmq::Broker;
 use support::{Backend, Server, TestDb, new_key, pay_session};
@@ -26,45 +22,10 @@ checkout_testkit::on_both_databases!(the_outbox_reaches_the_broker_once_confirme
 /// A message as the consumer saw it: routing key, body, delivery mode.
 type Seen = BTreeMap<String, (String, String, Option<u8>)>;
 
-/// Declares the exchange and a durable queue bound to every event; consumes until
-/// `seen` holds `n` messages (acking each).
-async fn consume(url: &str, seen: &mut Seen, n: usize) {
-    let connection = Connection::connect(url, ConnectionProperties::default())
-        .await
-        .expect("the test connects to the broker");
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .exchange_declare(
-            "checkout.events".into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    // A classic durable queue: the test's own window on the exchange (a quorum queue on a
-    // node just restarted refuses consumers until its leader is elected again).
-    channel
-        .queue_declare(
-            "all-events".into(),
-            QueueDeclareOptions::durable(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    channel
-        .queue_bind(
-            "all-events".into(),
-            "checkout.events".into(),
-            "#".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+/// A durable queue bound to every event (`Broker::bound_queue`); consumes until `seen` holds
+/// `n` messages (acking each).
+async fn consume(broker: &Broker, seen: &mut Seen, n: usize) {
+    let (connection, channel) = broker.bound_queue("all-events", "#").await;
     if seen.len() >= n {
         return;
     }
@@ -132,7 +93,7 @@ async fn unpublished(db: &TestDb) -> i64 {
 async fn the_outbox_reaches_the_broker_once_confirmed(backend: Backend) {
     let broker = tokio::task::spawn_blocking(Broker::start).await.unwrap();
     let mut seen = Seen::new();
-    consume(&broker.url(), &mut seen, 0).await; // the queue exists before anything is sent
+    consume(&broker, &mut seen, 0).await; // the queue exists before anything is sent
     let db = TestDb::new(backend).await;
     let server = Server::start_with(
         SERVER,
@@ -159,7 +120,7 @@ async fn the_outbox_reaches_the_broker_once_confirmed(backend: Backend) {
         StatusCode::CREATED
     );
 
-    consume(&broker.url(), &mut seen, 4).await;
+    consume(&broker, &mut seen, 4).await;
     let events = outbox(&db).await;
     assert_eq!(events.len(), 4);
     for (id, (kind, body)) in &events {
@@ -194,7 +155,7 @@ async fn the_outbox_reaches_the_broker_once_confirmed(backend: Backend) {
 
     // Back: what was kept is published; nothing is lost, the queue kept its messages.
     tokio::task::block_in_place(|| broker.restart());
-    consume(&broker.url(), &mut seen, 6).await;
+    consume(&broker, &mut seen, 6).await;
     let events = outbox(&db).await;
     assert_eq!(events.len(), 6);
     assert!(

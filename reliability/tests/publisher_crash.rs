@@ -9,12 +9,8 @@ use std::time::{Duration, Instant};
 use checkout_testkit::rabbitmq::Broker;
 use checkout_testkit::{Backend, Server, TestDb, new_key, pay_session};
 use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use reqwest::StatusCode;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
@@ -23,40 +19,7 @@ checkout_testkit::on_both_databases!(a_crash_between_confirm_and_mark_publishes_
 
 async fn a_crash_between_confirm_and_mark_publishes_the_event_again(backend: Backend) {
     let broker = tokio::task::spawn_blocking(Broker::start).await.unwrap();
-    let connection = Connection::connect(&broker.url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .exchange_declare(
-            "checkout.events".into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    channel
-        .queue_declare(
-            "payments".into(),
-            QueueDeclareOptions::durable(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    channel
-        .queue_bind(
-            "payments".into(),
-            "checkout.events".into(),
-            "payment.succeeded".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let (_connection, channel) = broker.bound_queue("payments", "payment.succeeded").await;
     let mut messages = channel
         .basic_consume(
             "payments".into(),

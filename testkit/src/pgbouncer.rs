@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::postgres::{Cluster, cluster, free_port};
+use crate::postgres::{Cluster, cluster, free_port, is_root, run_after_tests_exit};
 
 pub struct Bouncer {
     pub port: u16,
@@ -90,20 +90,10 @@ impl Bouncer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let script = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; kill $(cat {dir}/pgbouncer.pid)",
-            me = std::process::id(),
-            dir = dir.display()
+        run_after_tests_exit(
+            "the bouncer's",
+            &format!("kill $(cat {}/pgbouncer.pid)", dir.display()),
         );
-        let watcher = Command::new("setsid")
-            .args(["sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the bouncer's watcher starts");
-        #[allow(clippy::zombie_processes)]
-        std::mem::forget(watcher);
         Bouncer { port }
     }
 
@@ -112,12 +102,4 @@ impl Bouncer {
         let database = url.rsplit('/').next().unwrap();
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false)
 }

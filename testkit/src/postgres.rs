@@ -49,7 +49,7 @@ fn bin_dir() -> PathBuf {
     }
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -67,6 +67,24 @@ pub fn pg_command(bin: &Path, program: &str) -> Command {
     } else {
         Command::new(path)
     }
+}
+
+/// Runs `script` (a shell line) once this test process is gone, to clean up what it started: a
+/// detached watcher, deliberately never waited for (it outlives this process).
+pub(crate) fn run_after_tests_exit(whose: &str, script: &str) {
+    let script = format!(
+        "while kill -0 {me} 2>/dev/null; do sleep 1; done; {script}",
+        me = std::process::id()
+    );
+    let watcher = Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{whose} watcher starts: {e}"));
+    #[allow(clippy::zombie_processes)]
+    std::mem::forget(watcher);
 }
 
 pub fn free_port() -> u16 {
@@ -312,24 +330,15 @@ impl Cluster {
         } else {
             ""
         };
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
-             {runas}{pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
-            pid = std::process::id(),
-            pg_ctl = self.bin.join("pg_ctl").display(),
-            data = self.dir.join("data").display(),
-            dir = self.dir.display(),
+        run_after_tests_exit(
+            "the cluster's",
+            &format!(
+                "{runas}{pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; rm -rf {dir}",
+                pg_ctl = self.bin.join("pg_ctl").display(),
+                data = self.dir.join("data").display(),
+                dir = self.dir.display(),
+            ),
         );
-        // Deliberately not waited for: it outlives this process to clean up after it.
-        let _watcher = Command::new("setsid")
-            .args(["sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the cluster's watcher starts");
-        #[allow(clippy::zombie_processes)]
-        std::mem::forget(_watcher);
     }
 
     /// `pg_ctl stop -m immediate` then start again: a database crash, as the WAL sees it.

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::postgres::free_port;
+use crate::postgres::{free_port, run_after_tests_exit};
 
 pub struct Broker {
     pub port: u16,
@@ -54,6 +54,55 @@ impl Broker {
         broker.launch();
         broker.stop_when_tests_exit();
         broker
+    }
+
+    /// A connection with a durable (classic) queue `queue` bound by `routing_key` to the
+    /// checkout's exchange `checkout.events` (declared here too, as the checkout declares it).
+    /// Classic: a quorum queue on a node just restarted refuses consumers until its leader is
+    /// elected again, and this is the test's own window on the exchange.
+    pub async fn bound_queue(
+        &self,
+        queue: &str,
+        routing_key: &str,
+    ) -> (lapin::Connection, lapin::Channel) {
+        use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+        use lapin::types::FieldTable;
+        let connection =
+            lapin::Connection::connect(&self.url(), lapin::ConnectionProperties::default())
+                .await
+                .expect("the test connects to the broker");
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .exchange_declare(
+                "checkout.events".into(),
+                lapin::ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions::durable(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        channel
+            .queue_bind(
+                queue.into(),
+                "checkout.events".into(),
+                routing_key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        (connection, channel)
     }
 
     /// `amqp://` of the node's default virtual host.
@@ -144,20 +193,7 @@ impl Broker {
     }
 
     fn stop_when_tests_exit(&self) {
-        let script = format!(
-            "while kill -0 {me} 2>/dev/null; do sleep 1; done; {}",
-            self.stop_script(),
-            me = std::process::id()
-        );
-        let watcher = Command::new("setsid")
-            .args(["sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the broker's watcher starts");
-        #[allow(clippy::zombie_processes)]
-        std::mem::forget(watcher);
+        run_after_tests_exit("the broker's", &self.stop_script());
     }
 }
 
