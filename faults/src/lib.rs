@@ -19,8 +19,10 @@
 //! | `delay_account_ms=MS` | (not keyed) `GET /api/account` answers MS late |
 //! | `crash_after_broker_confirm=N` | (`CHECKOUT_AMQP_URL`) the process aborts once the broker confirmed its N-th batch of events, before they are marked published |
 
+mod receipts;
 mod shop;
 
+pub use receipts::receipts_main;
 pub use shop::shop_main;
 
 use std::collections::HashMap;

@@ -6,6 +6,7 @@ pub mod chromium;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod rabbitmq;
+pub mod receipts;
 pub mod receiver;
 
 use std::collections::HashMap;

@@ -101,7 +101,7 @@ impl Modify for Webhooks {
         for (event, what) in [
             (
                 "payment.succeeded",
-                "A payment of one of the shop's sessions; `data` is the payment.",
+                "A payment of one of the shop's sessions; `data` is the payment, with the session's `items` and `description` (what a receipt lists).",
             ),
             (
                 "refund.succeeded",

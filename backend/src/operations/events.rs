@@ -16,14 +16,26 @@ pub const SESSION_EXPIRED: &str = "checkout_session.expired";
 /// hears it; it is the operator's record and a broker's, later).
 pub const DEPOSIT_SUCCEEDED: &str = "deposit.succeeded";
 
-/// Records `payment.succeeded` for the shop paid, in the payment's transaction.
+/// What was bought, as the session's shop set it: the payment's event carries it, so that
+/// whoever issues the fiscal receipt (54-ФЗ lists every line) needs nothing but the event.
+pub struct Lines<'a> {
+    /// The session's items as stored (a JSON array; empty when the shop gave none).
+    pub items: &'a str,
+    pub description: Option<&'a str>,
+}
+
+/// Records `payment.succeeded` for the shop paid, in the payment's transaction: the payment,
+/// with the session's `items` and `description`.
 pub async fn payment_succeeded(
     tx: &mut Tx,
     shop_account_id: &str,
     payment: &Payment,
+    lines: Lines<'_>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let data = serde_json::to_value(payment).expect("a payment serializes");
+    let mut data = serde_json::to_value(payment).expect("a payment serializes");
+    data["items"] = serde_json::from_str(lines.items).unwrap_or_else(|_| json!([]));
+    data["description"] = json!(lines.description);
     record(
         tx,
         shop_account_id,

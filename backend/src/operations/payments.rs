@@ -108,7 +108,12 @@ impl Operation<Tx> for Charge {
         };
         // The shop hears of it from the outbox, in this transaction: even if the shopper's tab
         // is gone before this answer arrives.
-        events::payment_succeeded(tx, &session.shop_account_id, &payment, claim.now_ms).await?;
+        let lines = events::Lines {
+            items: &session.items,
+            description: session.description.as_deref(),
+        };
+        events::payment_succeeded(tx, &session.shop_account_id, &payment, lines, claim.now_ms)
+            .await?;
         // The shopper's balance is the shopper's: in this answer, never in the shop's event.
         Ok(Decision::Respond(answers::created(&Payment {
             balance: Some(balance),

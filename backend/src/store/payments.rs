@@ -64,7 +64,7 @@ pub const POSTGRES_PAY: &str = "\
     WITH session AS ( \
         UPDATE checkout_sessions SET status = 'paid', payment_id = $2 \
          WHERE session_id = $1 AND status = 'open' AND expires_at > $3 \
-        RETURNING shop_account_id, order_id, amount, currency, livemode), \
+        RETURNING shop_account_id, order_id, amount, currency, livemode, items, description), \
     debit AS ( \
         UPDATE accounts SET balance = balance - (SELECT amount FROM session) \
          WHERE account_id = $4 AND balance >= (SELECT amount FROM session) \
@@ -91,8 +91,8 @@ pub const POSTGRES_PAY: &str = "\
         INSERT INTO unfolded_credits (payment_id, account_id, amount) \
         SELECT payment_id, shop_account_id, amount FROM payment \
         RETURNING 1) \
-    SELECT s.shop_account_id, s.order_id, s.amount, s.currency, s.livemode, \
-           (SELECT balance FROM debit) AS balance, \
+    SELECT s.shop_account_id, s.order_id, s.amount, s.currency, s.livemode, s.items, \
+           s.description, (SELECT balance FROM debit) AS balance, \
            (SELECT count(*) FROM payment) AS payments, \
            (SELECT count(*) FROM ledger) AS ledger_rows, \
            (SELECT count(*) FROM credit) AS credits \

@@ -31,7 +31,7 @@ pub const SESSION: &str = "\
 pub const TAKE_SESSION: &str = "\
     UPDATE checkout_sessions SET status = 'paid', payment_id = $2 \
      WHERE session_id = $1 AND status = 'open' AND expires_at > $3 \
-    RETURNING shop_account_id, order_id, amount, currency, livemode";
+    RETURNING shop_account_id, order_id, amount, currency, livemode, items, description";
 
 /// Undoes [`TAKE_SESSION`] inside the same transaction when the shopper cannot pay.
 pub const RELEASE_SESSION: &str = "\
@@ -115,6 +115,9 @@ pub struct TakenSession {
     pub currency: String,
     /// Test or live money: only a shopper of the same mode pays it.
     pub livemode: bool,
+    /// The lines as the shop set them (JSON), for the payment's event: a receipt lists them.
+    pub items: String,
+    pub description: Option<String>,
 }
 
 impl TakenSession {
@@ -126,6 +129,8 @@ impl TakenSession {
             amount: row.int("amount")?,
             currency: row.text("currency")?,
             livemode: row.int("livemode")? == 1,
+            items: row.text("items")?,
+            description: row.opt_text("description")?,
         })
     }
 }

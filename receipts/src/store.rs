@@ -1,0 +1,465 @@
+//! The consumer's own database: its inbox and its receipts, SQLite (a file, the default) or
+//! PostgreSQL (by URL). Every SQL statement of the consumer is here, written once: the same text
+//! runs on either (`$n` parameters, `ON CONFLICT`, partial indexes), and [`on_either!`] hands
+//! it to whichever driver holds the connection.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use checkout_idempotency::{
+    Claim, Claimed, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, Postgres, Sqlite, SqlitePool};
+
+use crate::receipt::{Kind, Line, NewReceipt, Receipt};
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Either database's handle of one kind (a pool, a transaction).
+pub enum Either<S, P> {
+    Sqlite(S),
+    Postgres(P),
+}
+
+/// Runs `$body` with `$name` bound to whichever driver's handle `$value` holds: one statement
+/// text, two drivers' types.
+macro_rules! on_either {
+    ($value:expr, $name:ident => $body:expr) => {
+        match $value {
+            Either::Sqlite($name) => $body,
+            Either::Postgres($name) => $body,
+        }
+    };
+}
+
+/// The receipt's row, as a query to fetch on either driver; it returns nothing when its payment
+/// (or refund) has one already, by another event.
+macro_rules! insert_receipt {
+    ($receipt:expr, $lines:expr, $now_ms:expr) => {
+        sqlx::query_as::<_, (String,)>(
+            "INSERT INTO receipts (receipt_id, kind, payment_id, refund_id, order_id, currency, \
+                                   livemode, lines, total, event_id, operation_at, issued_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT DO NOTHING RETURNING receipt_id",
+        )
+        .bind(format!("rcp_{}", uuid::Uuid::now_v7().simple()))
+        .bind($receipt.kind.as_str())
+        .bind($receipt.payment_id.as_str())
+        .bind($receipt.refund_id.as_deref())
+        .bind($receipt.order_id.as_str())
+        .bind($receipt.currency.as_str())
+        .bind(i64::from($receipt.livemode))
+        .bind($lines)
+        .bind($receipt.total)
+        .bind($receipt.event_id.as_str())
+        .bind($receipt.operation_at.as_str())
+        .bind($now_ms)
+    };
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: Either<SqlitePool, PgPool>,
+}
+
+impl Clone for Either<SqlitePool, PgPool> {
+    fn clone(&self) -> Self {
+        match self {
+            Either::Sqlite(pool) => Either::Sqlite(pool.clone()),
+            Either::Postgres(pool) => Either::Postgres(pool.clone()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the receipts' database: {0}")]
+pub struct StoreError(#[from] pub sqlx::Error);
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(error: sqlx::migrate::MigrateError) -> StoreError {
+        StoreError(sqlx::Error::Migrate(Box::new(error)))
+    }
+}
+
+impl Classify for StoreError {
+    fn failure(&self) -> Failure {
+        let sqlx::Error::Database(e) = &self.0 else {
+            return match &self.0 {
+                sqlx::Error::PoolTimedOut => Failure::Busy,
+                _ => Failure::Fatal,
+            };
+        };
+        match e.code().as_deref() {
+            // PostgreSQL: lock_timeout (another consumer holds the message's claim); a lost
+            // serialization race or deadlock.
+            Some("55P03") => Failure::Busy,
+            Some("40001" | "40P01") => Failure::Retry,
+            // SQLite: the other process's writer held the file past the busy timeout.
+            _ if e.message().contains("locked") || e.message().contains("busy") => Failure::Busy,
+            _ => Failure::Fatal,
+        }
+    }
+}
+
+/// How long a claim waits for another consumer holding the same message.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Store {
+    /// Opens (and migrates) `sqlite://FILE` (created if missing) or `postgres://…`.
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let options = PgConnectOptions::from_str(url)?
+                .options([("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis()))]);
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await?;
+            POSTGRES_MIGRATIONS.run(&pool).await?;
+            Either::Postgres(pool)
+        } else {
+            // FULL: a receipt is acknowledged to the broker once committed, so the commit
+            // must survive a power cut too, not only a crash of the process.
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(LOCK_TIMEOUT);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await?;
+            SQLITE_MIGRATIONS.run(&pool).await?;
+            Either::Sqlite(pool)
+        };
+        Ok(Store { pool })
+    }
+
+    /// The receipts, newest first (`payment_id`: only that payment's).
+    pub async fn receipts(
+        &self,
+        payment_id: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Receipt>, StoreError> {
+        let rows: Vec<ReceiptRow> = on_either!(&self.pool, pool => {
+            sqlx::query_as(
+                "SELECT receipt_id, kind, payment_id, refund_id, order_id, currency, livemode, \
+                        lines, total, event_id, operation_at, issued_at \
+                   FROM receipts WHERE ($1 IS NULL OR payment_id = $1) \
+                  ORDER BY issued_at DESC, receipt_id DESC LIMIT $2",
+            )
+            .bind(payment_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().filter_map(receipt).collect())
+    }
+
+    /// How many receipts, and their sum with returns subtracted: what the books must show.
+    pub async fn totals(&self) -> Result<Totals, StoreError> {
+        let (income, returns, net): (i64, i64, i64) = on_either!(&self.pool, pool => {
+            sqlx::query_as(
+                "SELECT CAST(COALESCE(SUM(CASE WHEN kind = 'income' THEN 1 ELSE 0 END), 0) AS BIGINT), \
+                        CAST(COALESCE(SUM(CASE WHEN kind = 'income' THEN 0 ELSE 1 END), 0) AS BIGINT), \
+                        CAST(COALESCE(SUM(CASE WHEN kind = 'income' THEN total ELSE -total END), 0) AS BIGINT) \
+                   FROM receipts",
+            )
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(Totals {
+            income,
+            returns,
+            net,
+        })
+    }
+
+    /// The protocol's view of this database: where the inbox's keys live, beside the receipts.
+    pub fn inbox(&self) -> Inbox {
+        Inbox {
+            pool: self.pool.clone(),
+        }
+    }
+
+    /// Writes a receipt with no inbox at all: the benchmark's baseline, never the consumer's
+    /// way (a redelivered message would be refused by the unique indexes, not absorbed).
+    pub async fn insert_without_inbox(
+        &self,
+        receipt: &NewReceipt,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let inserted: Option<(String,)> = on_either!(&self.pool, pool => {
+            insert_receipt!(receipt, lines_json(receipt), now_ms).fetch_optional(pool).await?
+        });
+        Ok(inserted.is_some())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Totals {
+    /// «Приход» receipts.
+    pub income: i64,
+    /// «Возврат прихода» receipts.
+    pub returns: i64,
+    /// Kopecks: income minus returns.
+    pub net: i64,
+}
+
+type ReceiptRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    i64,
+    String,
+    i64,
+    String,
+    String,
+    i64,
+);
+
+fn receipt(
+    (
+        receipt_id,
+        kind,
+        payment_id,
+        refund_id,
+        order_id,
+        currency,
+        livemode,
+        lines,
+        total,
+        event_id,
+        operation_at,
+        issued_at,
+    ): ReceiptRow,
+) -> Option<Receipt> {
+    let kind = Kind::parse(&kind)?;
+    Some(Receipt {
+        receipt_id,
+        kind,
+        title: kind.title().to_owned(),
+        payment_id,
+        refund_id,
+        order_id,
+        currency,
+        livemode: livemode == 1,
+        lines: serde_json::from_str::<Vec<Line>>(&lines).ok()?,
+        total,
+        event_id,
+        operation_at,
+        issued_at: rfc3339(issued_at),
+    })
+}
+
+pub fn rfc3339(ms: i64) -> String {
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn lines_json(receipt: &NewReceipt) -> String {
+    serde_json::to_string(&receipt.lines).expect("lines serialize")
+}
+
+// -- the inbox: the idempotency protocol's keys, beside the receipts ----------------------------
+
+/// The receipts' database as [`KeyStore`]: one transaction per message (SQLite's begun
+/// `IMMEDIATE`, so that a claim never deadlocks with the other consumer's).
+pub struct Inbox {
+    pool: Either<SqlitePool, PgPool>,
+}
+
+/// One message's transaction: the claim, the receipt, the stored outcome.
+pub struct InboxTx {
+    tx: Either<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>,
+}
+
+type KeyRow = (
+    String,
+    Option<String>,
+    String,
+    Option<i64>,
+    Option<String>,
+    i64,
+);
+
+fn key_record(
+    (request_hash, request_body, status, response_status, response_body, created_at): KeyRow,
+) -> KeyRecord {
+    let response = match (status.as_str(), response_status, response_body) {
+        ("done", Some(status), Some(body)) => Some(StoredResponse {
+            status: u16::try_from(status).unwrap_or(500),
+            body,
+        }),
+        _ => None,
+    };
+    KeyRecord {
+        request_hash,
+        request_body,
+        response,
+        created_at_ms: created_at,
+    }
+}
+
+const STORED_KEY: &str = "SELECT request_hash, request_body, status, response_status, response_body, created_at \
+     FROM inbox WHERE consumer = $1 AND message_id = $2";
+
+impl KeyStore for Inbox {
+    type Tx = InboxTx;
+    type Error = StoreError;
+
+    /// SQLite's readers compete with no writer: a redelivery is told from a read. On PostgreSQL
+    /// the claim itself tells it.
+    fn reads_before_claim(&self) -> bool {
+        matches!(self.pool, Either::Sqlite(_))
+    }
+
+    async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
+        let row: Option<KeyRow> = on_either!(&self.pool, pool => {
+            sqlx::query_as(STORED_KEY).bind(scope).bind(key).fetch_optional(pool).await?
+        });
+        Ok(row.map(key_record))
+    }
+
+    async fn transaction<W>(&self, work: W) -> Result<W::Output, W::Error>
+    where
+        W: Work<InboxTx>,
+    {
+        let tx = match &self.pool {
+            Either::Sqlite(pool) => Either::Sqlite(
+                pool.begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(StoreError::from)?,
+            ),
+            Either::Postgres(pool) => {
+                Either::Postgres(pool.begin().await.map_err(StoreError::from)?)
+            }
+        };
+        let mut tx = InboxTx { tx };
+        let finished = work.run(&mut tx).await;
+        let commit = matches!(finished, Ok(Finish::Commit(_)));
+        let ended = match (commit, tx.tx) {
+            (true, Either::Sqlite(tx)) => tx.commit().await,
+            (true, Either::Postgres(tx)) => tx.commit().await,
+            (false, Either::Sqlite(tx)) => tx.rollback().await,
+            (false, Either::Postgres(tx)) => tx.rollback().await,
+        };
+        ended.map_err(StoreError::from)?;
+        match finished? {
+            Finish::Commit(output) | Finish::Rollback(output) => Ok(output),
+        }
+    }
+}
+
+impl KeyTx for InboxTx {
+    type Error = StoreError;
+
+    async fn claim(
+        &mut self,
+        claim: &Claim,
+        expired_before_ms: i64,
+    ) -> Result<Claimed, StoreError> {
+        // PostgreSQL: a second consumer's claim of the same message waits here for the first
+        // one's transaction (at most the lock timeout), then finds its row.
+        let claimed: Option<(String,)> = on_either!(&mut self.tx, tx => {
+            sqlx::query_as(
+                "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, request_body, \
+                                    status, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, 'in_progress', $6) \
+                 ON CONFLICT (consumer, message_id) DO UPDATE \
+                    SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
+                        request_body = excluded.request_body, status = 'in_progress', \
+                        response_status = NULL, response_body = NULL, \
+                        created_at = excluded.created_at \
+                  WHERE inbox.created_at < $7 \
+                 RETURNING claim_id",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(&claim.claim_id)
+            .bind(&claim.request_hash)
+            .bind(&claim.request_body)
+            .bind(claim.now_ms)
+            .bind(expired_before_ms)
+            .fetch_optional(&mut **tx)
+            .await?
+        });
+        if claimed.is_some() {
+            return Ok(Claimed::Ours);
+        }
+        let row: Option<KeyRow> = on_either!(&mut self.tx, tx => {
+            sqlx::query_as(STORED_KEY)
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .fetch_optional(&mut **tx)
+                .await?
+        });
+        Ok(Claimed::Taken(row.map(key_record)))
+    }
+
+    async fn complete(
+        &mut self,
+        claim: &Claim,
+        response: &StoredResponse,
+    ) -> Result<(), StoreError> {
+        let done = on_either!(&mut self.tx, tx => {
+            sqlx::query(
+                "UPDATE inbox SET status = 'done', response_status = $4, response_body = $5 \
+                 WHERE consumer = $1 AND message_id = $2 AND claim_id = $3",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(&claim.claim_id)
+            .bind(i64::from(response.status))
+            .bind(&response.body)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+        });
+        if done == 1 {
+            Ok(())
+        } else {
+            Err(StoreError(sqlx::Error::RowNotFound))
+        }
+    }
+}
+
+impl InboxTx {
+    /// Writes the receipt: its id, or `None` when its payment or refund has one already.
+    pub async fn issue(
+        &mut self,
+        receipt: &NewReceipt,
+        now_ms: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let inserted: Option<(String,)> = on_either!(&mut self.tx, tx => {
+            insert_receipt!(receipt, lines_json(receipt), now_ms).fetch_optional(&mut **tx).await?
+        });
+        Ok(inserted.map(|(id,)| id))
+    }
+
+    /// The receipt already issued for this payment (or refund), for the reason of a refusal.
+    pub async fn existing(&mut self, receipt: &NewReceipt) -> Result<Option<String>, StoreError> {
+        let found: Option<(String,)> = on_either!(&mut self.tx, tx => {
+            sqlx::query_as(
+                "SELECT receipt_id FROM receipts \
+                  WHERE (kind = 'income' AND $1 IS NULL AND payment_id = $2) OR refund_id = $1 \
+                     OR event_id = $3",
+            )
+            .bind(receipt.refund_id.as_deref())
+            .bind(receipt.payment_id.as_str())
+            .bind(receipt.event_id.as_str())
+            .fetch_optional(&mut **tx)
+            .await?
+        });
+        Ok(found.map(|(id,)| id))
+    }
+}

@@ -1,0 +1,189 @@
+//! A running receipts consumer (`receipts`, or `receipts-chaos` with faults) and what a test
+//! checks of it: its receipts as `GET /receipts` lists them, its counters, and that the
+//! receipts match the checkout's books (one per payment and per refund, for the same amount,
+//! none without its payment).
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{Listening, TestDb, listening};
+
+pub struct Consumer {
+    pub base: String,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Consumer {
+    /// Starts `binary` on `amqp_url`, its receipts in `database_url`, on a free port.
+    pub async fn start(
+        binary: &str,
+        amqp_url: &str,
+        database_url: &str,
+        env: &[(&str, &str)],
+    ) -> Consumer {
+        let mut command = Command::new(binary);
+        command
+            .env("RECEIPTS_AMQP_URL", amqp_url)
+            .env("RECEIPTS_DATABASE_URL", database_url)
+            .env("RECEIPTS_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "info,sqlx=warn,lapin=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let Listening { child, log, addr } = listening(command, "receipts").await;
+        Consumer {
+            base: format!("http://{addr}"),
+            child,
+            log,
+        }
+    }
+
+    /// SIGKILL: whatever it holds unacknowledged goes back to the queue.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits (polling its log) until a line contains `needle`; panics past `within`.
+    pub async fn wait_for_log(&self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.log().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "receipts never logged {needle:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// `GET /receipts?limit=10000`: `{receipts: [...], totals: {income, returns, net}}`.
+    pub async fn listed(&self) -> Value {
+        let answer = reqwest::get(format!("{}/receipts?limit=10000", self.base))
+            .await
+            .expect("receipts answers");
+        assert_eq!(answer.status(), 200);
+        answer.json().await.unwrap()
+    }
+
+    /// The sum of a counter's series whose line starts with `series` (`name{labels`).
+    pub async fn counter(&self, series: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .expect("receipts answers")
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|line| line.starts_with(series))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits until `count` receipts are listed; panics past `within` with what is there.
+    pub async fn wait_for_receipts(&self, count: usize, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let listed = self.listed().await;
+            let have = listed["receipts"].as_array().unwrap().len();
+            if have >= count {
+                return listed;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{have} receipts of {count} after {within:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The receipts match the checkout's books: exactly one «приход» per payment for its amount,
+/// one «возврат прихода» per refund for its amount, none for a payment or refund that does not
+/// exist, and their net sum is the payments' minus the refunds'.
+pub async fn assert_match_the_books(db: &TestDb, listed: &Value) {
+    let amounts = |rows: Vec<String>| -> HashMap<String, i64> {
+        rows.iter()
+            .map(|row| {
+                let (id, amount) = row.split_once(' ').unwrap();
+                (id.to_owned(), amount.parse().unwrap())
+            })
+            .collect()
+    };
+    let payments = amounts(
+        db.texts("SELECT payment_id || ' ' || CAST(amount AS TEXT) FROM payments")
+            .await,
+    );
+    let refunds = amounts(
+        db.texts("SELECT refund_id || ' ' || CAST(amount AS TEXT) FROM refunds")
+            .await,
+    );
+    let mut income: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut returns: HashMap<String, Vec<i64>> = HashMap::new();
+    for receipt in listed["receipts"].as_array().unwrap() {
+        let total = receipt["total"].as_i64().unwrap();
+        let lines: i64 = receipt["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|line| line["total"].as_i64().unwrap())
+            .sum();
+        assert_eq!(
+            lines, total,
+            "a receipt's lines add up to its total: {receipt}"
+        );
+        match receipt["kind"].as_str().unwrap() {
+            "income" => income
+                .entry(receipt["payment_id"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(total),
+            "income_return" => returns
+                .entry(receipt["refund_id"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(total),
+            other => panic!("a receipt of kind {other}"),
+        }
+    }
+    let check = |what: &str, books: &HashMap<String, i64>, receipts: &HashMap<String, Vec<i64>>| {
+        for (id, amount) in books {
+            assert_eq!(
+                receipts.get(id),
+                Some(&vec![*amount]),
+                "{what} {id} of {amount} has exactly one receipt of that amount"
+            );
+        }
+        for id in receipts.keys() {
+            assert!(
+                books.contains_key(id),
+                "a receipt for {what} {id}, which does not exist"
+            );
+        }
+    };
+    check("payment", &payments, &income);
+    check("refund", &refunds, &returns);
+    let net = payments.values().sum::<i64>() - refunds.values().sum::<i64>();
+    assert_eq!(
+        listed["totals"]["net"].as_i64(),
+        Some(net),
+        "receipts sum to payments − refunds"
+    );
+}
