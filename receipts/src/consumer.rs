@@ -39,6 +39,8 @@ pub const REASON_HEADER: &str = "x-receipts-reason";
 const DELIVERY_LIMIT: i32 = 50;
 /// How long the inbox remembers a message: far longer than the broker keeps one. Past it, the
 /// receipts' unique indexes still refuse a second receipt for a payment.
+/// Connecting, declaring and starting to consume, at most.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 const INBOX_TTL: Duration = Duration::from_secs(90 * 24 * 3600);
 
 pub const MESSAGES_METRIC: &str = "receipts_messages_total";
@@ -70,9 +72,11 @@ impl ConsumerSettings {
 pub struct Seams {
     /// Awaited after a receipt's commit, before its ack (a fault may never return: the test
     /// then kills the process holding the message unacknowledged).
-    pub after_commit:
-        Option<Arc<dyn Fn(&str) -> futures::future::BoxFuture<'static, ()> + Send + Sync>>,
+    pub after_commit: Option<AfterCommit>,
 }
+
+/// Given the message id; what it returns is awaited before the ack.
+pub type AfterCommit = Arc<dyn Fn(&str) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Consumes until the process ends: a lost connection, a broker restarting or a queue not yet
 /// ready is retried with growing pauses (100 ms to 5 s).
@@ -95,7 +99,7 @@ pub async fn run(store: Store, settings: ConsumerSettings, seams: Seams) {
 }
 
 /// The exchange, the queue (quorum: replicated, and it counts deliveries), its bindings and
-/// its dead-letter queue; declaring what exists already changes nothing.
+/// its dead-letter queue (quorum too); declaring what exists already changes nothing.
 pub async fn declare(channel: &Channel, settings: &ConsumerSettings) -> Result<(), BoxError> {
     let durable = QueueDeclareOptions {
         durable: true,
@@ -118,10 +122,8 @@ pub async fn declare(channel: &Channel, settings: &ConsumerSettings) -> Result<(
         AMQPValue::LongString("quorum".into()),
     );
     let dead = settings.dead_letter_queue();
-    channel
-        .queue_declare(dead.as_str().into(), durable, quorum.clone())
-        .await?;
-    let mut arguments = quorum;
+    let mut arguments = quorum.clone();
+    // A message handed out DELIVERY_LIMIT times unacknowledged is the broker's to dead-letter.
     arguments.insert(
         "x-delivery-limit".into(),
         AMQPValue::LongInt(DELIVERY_LIMIT),
@@ -136,6 +138,9 @@ pub async fn declare(channel: &Channel, settings: &ConsumerSettings) -> Result<(
     );
     channel
         .queue_declare(settings.queue.as_str().into(), durable, arguments)
+        .await?;
+    channel
+        .queue_declare(dead.as_str().into(), durable, quorum)
         .await?;
     for key in ROUTING_KEYS {
         channel
@@ -158,27 +163,35 @@ async fn consume(
     settings: &ConsumerSettings,
     seams: &Seams,
 ) -> Result<(), BoxError> {
-    let connection =
-        Connection::connect(&settings.amqp_url, ConnectionProperties::default()).await?;
-    let channel = connection.create_channel().await?;
-    declare(&channel, settings).await?;
-    channel
-        .basic_qos(settings.prefetch, BasicQosOptions::default())
-        .await?;
-    // Dead letters are published with confirms, on their own channel: the original is acked
-    // only once the broker holds its dead letter.
-    let dead_letters = connection.create_channel().await?;
-    dead_letters
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    let mut deliveries = channel
-        .basic_consume(
-            settings.queue.as_str().into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    // A node still booting accepts the TCP connection and may answer nothing for a minute:
+    // the whole setup is bounded, and tried again.
+    let setup = async {
+        let connection =
+            Connection::connect(&settings.amqp_url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        declare(&channel, settings).await?;
+        channel
+            .basic_qos(settings.prefetch, BasicQosOptions::default())
+            .await?;
+        // Dead letters are published with confirms, on their own channel: the original is
+        // acked only once the broker holds its dead letter.
+        let dead_letters = connection.create_channel().await?;
+        dead_letters
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let deliveries = channel
+            .basic_consume(
+                settings.queue.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok::<_, BoxError>((connection, dead_letters, deliveries))
+    };
+    let (_connection, dead_letters, mut deliveries) = tokio::time::timeout(SETUP_TIMEOUT, setup)
+        .await
+        .map_err(|_| format!("the broker did not answer within {SETUP_TIMEOUT:?}"))??;
     metrics::gauge!(CONSUMING_METRIC).set(1.0);
     tracing::info!(
         queue = settings.queue,

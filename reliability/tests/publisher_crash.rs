@@ -1,12 +1,13 @@
 //! The checkout dies between the broker's confirm and marking its events published (the
 //! `crash_after_broker_confirm` fault aborts the process right there), on both databases: the
 //! event stays unmarked, the server started again publishes it a second time with the same
-//! `message_id`, and then marks it. At least once, never lost; a consumer's inbox keyed by
-//! `message_id` absorbs the copy.
+//! `message_id`, and then marks it. At least once, never lost; the receipts consumer's inbox,
+//! keyed by `message_id`, absorbs the copy: one receipt.
 
 use std::time::{Duration, Instant};
 
 use checkout_testkit::rabbitmq::Broker;
+use checkout_testkit::receipts::{Consumer, assert_match_the_books};
 use checkout_testkit::{Backend, Server, TestDb, new_key, pay_session};
 use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions};
@@ -14,6 +15,7 @@ use lapin::types::FieldTable;
 use reqwest::StatusCode;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
+const RECEIPTS: &str = env!("CARGO_BIN_EXE_receipts-chaos");
 
 checkout_testkit::on_both_databases!(a_crash_between_confirm_and_mark_publishes_the_event_again);
 
@@ -45,7 +47,12 @@ async fn a_crash_between_confirm_and_mark_publishes_the_event_again(backend: Bac
     };
 
     let db = TestDb::new(backend).await;
+    let receipts_db = TestDb::new(backend).await;
     let url = broker.url();
+    let receipts = Consumer::start(RECEIPTS, &url, &receipts_db.url, &[]).await;
+    receipts
+        .wait_for_log("consuming", Duration::from_secs(60))
+        .await;
     let mut server = Server::start_with(
         SERVER,
         &db,
@@ -110,4 +117,16 @@ async fn a_crash_between_confirm_and_mark_publishes_the_event_again(backend: Bac
         "one event in the outbox; two copies on the broker"
     );
     db.assert_invariants().await;
+
+    // The consumer took both copies: one receipt, the second copy absorbed by its inbox.
+    let duplicate = "receipts_messages_total{outcome=\"duplicate\"}";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while receipts.counter(duplicate).await < 1.0 {
+        assert!(Instant::now() < deadline, "the copy reaches the consumer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let listed = receipts.listed().await;
+    assert_eq!(listed["receipts"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["receipts"][0]["event_id"], event_id.as_str());
+    assert_match_the_books(&db, &listed).await;
 }

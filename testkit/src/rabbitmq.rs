@@ -176,6 +176,31 @@ impl Broker {
         }
     }
 
+    /// Stops the node as an operator would (`rabbitmqctl stop`): it closes its connections
+    /// and writes what it holds; its data stays.
+    pub fn stop(&self) {
+        let stopped = Command::new(bin_dir().join("rabbitmqctl"))
+            .args(["-n", &self.node, "stop"])
+            .env("HOME", &self.dir)
+            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+            .output()
+            .expect("rabbitmqctl runs");
+        assert!(
+            stopped.status.success(),
+            "the node stops: {}",
+            String::from_utf8_lossy(&stopped.stderr)
+        );
+        if let Some(mut process) = self.process.lock().unwrap().take() {
+            let _ = process.wait();
+        }
+        let _ = std::fs::remove_file(self.dir.join("pid"));
+    }
+
+    /// Started again on its data, after [`Broker::kill`] or [`Broker::stop`].
+    pub fn start_again(&self) {
+        self.launch();
+    }
+
     /// Killed, then started again on its data.
     pub fn restart(&self) {
         self.kill();

@@ -20,6 +20,8 @@ use crate::store::{BoxError, Store};
 
 /// The exchange every event is published to.
 pub const EXCHANGE: &str = "checkout.events";
+/// Connecting and declaring, at most; a round's confirms, at most.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events published per round (each confirmed before the round's rows are marked).
 const BATCH: i64 = 100;
 
@@ -58,22 +60,31 @@ pub fn spawn(store: Store, settings: PublisherSettings) -> JoinHandle<()> {
 
 /// One connection's life: publishes until something fails.
 async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxError> {
-    let connection = Connection::connect(&settings.url, ConnectionProperties::default()).await?;
-    let channel = connection.create_channel().await?;
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    channel
-        .exchange_declare(
-            EXCHANGE.into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..ExchangeDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
+    // A node still booting accepts the TCP connection and may answer nothing for a minute:
+    // the setup is bounded, and tried again.
+    let setup = async {
+        let connection =
+            Connection::connect(&settings.url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        channel
+            .exchange_declare(
+                EXCHANGE.into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        Ok::<_, BoxError>((connection, channel))
+    };
+    let (_connection, channel) = tokio::time::timeout(SETUP_TIMEOUT, setup)
+        .await
+        .map_err(|_| format!("the broker did not answer within {SETUP_TIMEOUT:?}"))??;
     tracing::info!("publishing the outbox's events to the broker");
     loop {
         let events = store.unpublished_events(BATCH).await?;
@@ -102,7 +113,10 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
         }
         let mut confirmed = Vec::with_capacity(events.len());
         for (event, confirm) in events.iter().zip(confirms) {
-            match confirm.await? {
+            let confirm = tokio::time::timeout(SETUP_TIMEOUT, confirm)
+                .await
+                .map_err(|_| format!("no confirm within {SETUP_TIMEOUT:?}"))??;
+            match confirm {
                 Confirmation::Ack(_) => confirmed.push(event.event_id.clone()),
                 other => {
                     return Err(format!(
