@@ -234,7 +234,9 @@ impl Handler {
             .as_ref()
             .map(|id| id.to_string())
             .unwrap_or_default();
-        let outcome = self.issue(&message_id, &delivery.data).await;
+        let outcome = self
+            .issue(&message_id, &delivery.data, delivery.redelivered)
+            .await;
         let ended = match &outcome {
             Handled::Issued | Handled::Duplicate => {
                 if let Some(after_commit) = &self.seams.after_commit {
@@ -270,7 +272,7 @@ impl Handler {
         }
     }
 
-    async fn issue(&self, message_id: &str, data: &[u8]) -> Handled {
+    async fn issue(&self, message_id: &str, data: &[u8], redelivered: bool) -> Handled {
         if message_id.is_empty() {
             return Handled::Refused("the message has no message_id".into());
         }
@@ -299,12 +301,18 @@ impl Handler {
                 if let Some(lag) = lag {
                     metrics::histogram!(LAG_METRIC).record(lag);
                 }
-                tracing::info!(message_id, receipt = response.body, "receipt issued");
+                tracing::info!(
+                    message_id,
+                    redelivered,
+                    receipt = response.body,
+                    "receipt issued"
+                );
                 Handled::Issued
             }
             Ok(Outcome::Replayed { response, .. }) if response.status == 201 => {
                 tracing::info!(
                     message_id,
+                    redelivered,
                     "a message seen before: its receipt exists, nothing changed"
                 );
                 Handled::Duplicate

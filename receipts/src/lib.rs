@@ -56,6 +56,8 @@ pub fn main_with(seams: Seams) -> ExitCode {
             EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,lapin=warn")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
         .init();
     let config = Config::parse();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");

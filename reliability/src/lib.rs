@@ -10,6 +10,7 @@
 
 pub mod failover;
 pub mod forwarder;
+pub mod receipts;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -222,3 +222,50 @@ async fn a_broker_restarted_mid_load_loses_nothing(backend: Backend) {
     );
     db.assert_invariants().await;
 }
+
+mod campaign {
+    use std::time::Duration;
+
+    use checkout_reliability::receipts::{ReceiptsPlan, run};
+    use checkout_testkit::Backend;
+
+    /// The receipts campaign, bounded: a few seconds of load, consumers killed every second,
+    /// the broker restarted once.
+    async fn bounded(backend: Backend) {
+        let plan = ReceiptsPlan {
+            backend,
+            clients: 4,
+            load: Duration::from_secs(8),
+            chaos_every: Duration::from_secs(1),
+            broker_every: 4,
+        };
+        let report = run(&plan, super::SERVER, super::RECEIPTS).await;
+        eprintln!("{}", report.summary());
+        assert!(
+            report.consumer_kills >= 3 && report.broker_restarts >= 1,
+            "{}",
+            report.summary()
+        );
+        assert!(
+            report.payments > 0 && report.refunds > 0,
+            "{}",
+            report.summary()
+        );
+        assert!(
+            report.redelivered > 0,
+            "the kills left messages to redeliver: {}",
+            report.summary()
+        );
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite() {
+        bounded(Backend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres() {
+        bounded(Backend::Postgres).await;
+    }
+}
