@@ -3,6 +3,7 @@
 //! against payments spread over many. Writes BENCHMARKS.md and an SVG.
 
 mod load;
+mod receipts;
 mod report;
 mod setup;
 mod sqlite_loop;
@@ -41,6 +42,13 @@ struct Args {
     /// this many payments (its time, and the writers' throughput while it runs).
     #[arg(long)]
     verify_cost: Option<i64>,
+    /// Instead of the benchmark: the receipts consumer's throughput with its inbox against
+    /// without it (this many messages per run), and the lag from payment to receipt.
+    #[arg(long)]
+    receipts: Option<usize>,
+    /// Where `--receipts` writes its tables.
+    #[arg(long, default_value = "bench/receipts.md")]
+    receipts_out: String,
     /// Where `--verify-cost` writes its table.
     #[arg(long, default_value = "bench/verify-cost.md")]
     verify_out: String,
@@ -214,6 +222,36 @@ async fn main() {
         .unwrap()
         .with_file_name("checkout-server-bench");
     let server_bin = server_bin.to_str().unwrap().to_owned();
+    if let Some(messages) = args.receipts {
+        let broker = tokio::task::spawn_blocking(checkout_testkit::rabbitmq::Broker::start)
+            .await
+            .unwrap();
+        let throughput = receipts::throughput(&broker, messages).await;
+        let receipts_bin = std::env::current_exe().unwrap().with_file_name("receipts");
+        let mut lags = Vec::new();
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            for poll_ms in [500, 50] {
+                let lag = receipts::lag(
+                    &broker,
+                    &server_bin,
+                    receipts_bin.to_str().unwrap(),
+                    backend,
+                    poll_ms,
+                    32,
+                    args.seconds,
+                )
+                .await;
+                eprintln!(
+                    "{} poll {poll_ms} ms: {} payments ({:.0}/s), lag p50 {:.3} s, p99 {:.3} s",
+                    lag.database, lag.payments, lag.payments_per_second, lag.p50, lag.p99
+                );
+                lags.push(lag);
+            }
+        }
+        std::fs::write(&args.receipts_out, receipts::markdown(&throughput, &lags)).unwrap();
+        eprintln!("wrote {}", args.receipts_out);
+        return;
+    }
     // Durable (fsync on), like SQLite's synchronous=FULL: the comparison is fair.
     let cluster = checkout_testkit::postgres::durable_cluster();
     eprintln!("PostgreSQL cluster on port {}", cluster.port);

@@ -1,5 +1,6 @@
-//! `GET /receipts` (JSON, newest first; `?payment_id=`, `?limit=` up to 10 000), `GET /health`,
-//! `GET /metrics` (Prometheus).
+//! `GET /receipts` (JSON, newest first; `?payment_id=`, `?limit=` up to 10 000, and the next
+//! page by `?starting_after=` the `next_page` of the last), `GET /health`, `GET /metrics`
+//! (Prometheus).
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -32,6 +33,7 @@ pub fn router(app: App) -> Router {
 #[derive(Deserialize)]
 struct ReceiptsQuery {
     payment_id: Option<String>,
+    starting_after: Option<String>,
     limit: Option<i64>,
 }
 
@@ -54,11 +56,31 @@ async fn receipts(
             &format!("limit must be from 1 to {MAX_LIMIT}"),
         );
     }
-    let listed = app.store.receipts(query.payment_id.as_deref(), limit).await;
+    // One more than asked: whether there is a next page.
+    let listed = app
+        .store
+        .receipts(
+            query.payment_id.as_deref(),
+            query.starting_after.as_deref(),
+            limit + 1,
+        )
+        .await;
     let totals = app.store.totals().await;
     match (listed, totals) {
-        (Ok(receipts), Ok(totals)) => {
-            Json(json!({ "receipts": receipts, "totals": totals })).into_response()
+        (Ok(mut receipts), Ok(totals)) => {
+            let has_more = receipts.len() as i64 > limit;
+            receipts.truncate(limit as usize);
+            let next_page = receipts
+                .last()
+                .filter(|_| has_more)
+                .map(|r| r.receipt_id.clone());
+            Json(json!({
+                "receipts": receipts,
+                "has_more": has_more,
+                "next_page": next_page,
+                "totals": totals,
+            }))
+            .into_response()
         }
         (Err(error), _) | (_, Err(error)) => {
             tracing::error!(%error, "listing receipts failed");

@@ -139,10 +139,12 @@ impl Store {
         Ok(Store { pool })
     }
 
-    /// The receipts, newest first (`payment_id`: only that payment's).
+    /// The receipts, newest first by id (ids are time-ordered), at most `limit`; only
+    /// `payment_id`'s if given; only those before `starting_after` (an id) if given.
     pub async fn receipts(
         &self,
         payment_id: Option<&str>,
+        starting_after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Receipt>, StoreError> {
         let rows: Vec<ReceiptRow> = on_either!(&self.pool, pool => {
@@ -150,9 +152,11 @@ impl Store {
                 "SELECT receipt_id, kind, payment_id, refund_id, order_id, currency, livemode, \
                         lines, total, event_id, operation_at, issued_at \
                    FROM receipts WHERE ($1 IS NULL OR payment_id = $1) \
-                  ORDER BY issued_at DESC, receipt_id DESC LIMIT $2",
+                    AND ($2 IS NULL OR receipt_id < $2) \
+                  ORDER BY receipt_id DESC LIMIT $3",
             )
             .bind(payment_id)
+            .bind(starting_after)
             .bind(limit)
             .fetch_all(pool)
             .await?

@@ -211,6 +211,29 @@ async fn events_become_receipts_once_and_bad_ones_are_dead_lettered(backend: Bac
     .await
     .unwrap();
     assert_eq!(only["receipts"].as_array().unwrap().len(), 1);
+    // Page by page: one, then the one after it, then no more.
+    let page = |query: String| {
+        let url = format!("{}/receipts?{query}", consumer.base);
+        async move {
+            reqwest::get(url)
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let first = page("limit=1".into()).await;
+    assert_eq!(first["has_more"], true);
+    let next = first["next_page"].as_str().unwrap().to_owned();
+    assert_eq!(first["receipts"][0]["receipt_id"], next.as_str());
+    let second = page(format!("limit=1&starting_after={next}")).await;
+    assert_eq!(second["has_more"], false);
+    assert_eq!(second["next_page"], Value::Null);
+    assert_ne!(
+        second["receipts"][0]["receipt_id"],
+        first["receipts"][0]["receipt_id"]
+    );
     for bad in ["limit=0", "limit=10001", "limit=many"] {
         let answer = reqwest::get(format!("{}/receipts?{bad}", consumer.base))
             .await

@@ -156,7 +156,17 @@ async fn main() -> std::process::ExitCode {
         receipt_reports.push((report, started.elapsed()));
     }
     let verify_cost = std::fs::read_to_string(&args.verify_cost).ok();
-    let mut md = markdown(&args, &reports, &failovers, verify_cost.as_deref());
+    let mut md = if args.only_receipts {
+        // Only the receipts' section is new: the rest of the file stays as the last full run
+        // wrote it.
+        let kept = std::fs::read_to_string(&args.out).unwrap_or_default();
+        match kept.find(RECEIPTS_HEADING) {
+            Some(at) => kept[..at].trim_end().to_owned() + "\n",
+            None => kept,
+        }
+    } else {
+        markdown(&args, &reports, &failovers, verify_cost.as_deref())
+    };
     receipts_markdown(&mut md, &args, &receipt_reports);
     std::fs::write(&args.out, md).unwrap();
     println!("wrote {}", args.out);
@@ -285,15 +295,14 @@ fn campaign_markdown(md: &mut String, args: &Args, reports: &[(Report, Duration)
     }
 }
 
+const RECEIPTS_HEADING: &str =
+    "## Fiscal receipts through RabbitMQ: consumers killed, the broker restarted";
+
 fn receipts_markdown(md: &mut String, args: &Args, reports: &[(ReceiptsReport, Duration)]) {
     if reports.is_empty() {
         return;
     }
-    writeln!(
-        md,
-        "\n## Fiscal receipts through RabbitMQ: consumers killed, the broker restarted\n"
-    )
-    .unwrap();
+    writeln!(md, "\n{RECEIPTS_HEADING}\n").unwrap();
     writeln!(md, "Each run: the checkout publishes its outbox to a real RabbitMQ node (Debian's 3.10.8); two `receipts` consumers share the quorum queue (prefetch 50), their receipts and inbox in one database of the checkout's kind. 8 clients pay sessions and refund a part of every fourth payment for {} s. Every 1.5 s one consumer is SIGKILLed (with the messages it holds: some committed and not yet acknowledged, since each ack follows its commit by 20 ms) and started again; every fifth time the broker is restarted instead (`rabbitmqctl stop`, then started on its data). Afterwards the campaign waits for the receipts and checks: exactly one «приход» per payment and one «возврат прихода» per refund, each of its amount, none without its payment or refund, their net sum equal to the payments minus the refunds; nothing dead-lettered; every event published and confirmed; the checkout's books (`verify`). \"redelivered\": deliveries the broker flagged so; \"duplicates absorbed\": messages whose receipt the inbox already held (a lost ack, a killed holder, a publisher's second copy): nothing changed. Counted from the consumers' logs, since a killed consumer's counters die with it. A bounded version (8 s, one broker restart) runs in `scripts/test` (`reliability/tests/receipts.rs`).\n", args.receipts_seconds).unwrap();
     writeln!(md, "| database | requests | payments | refunds | consumer kills | broker restarts | receipts | receipts == payments + refunds | redelivered | duplicates absorbed | dead-lettered | drained after the load | violations | time |").unwrap();
     writeln!(

@@ -69,13 +69,23 @@ impl Consumer {
         }
     }
 
-    /// `GET /receipts?limit=10000`: `{receipts: [...], totals: {income, returns, net}}`.
+    /// Every receipt, `GET /receipts` page after page: `{receipts: [...], totals: {income,
+    /// returns, net}}`.
     pub async fn listed(&self) -> Value {
-        let answer = reqwest::get(format!("{}/receipts?limit=10000", self.base))
-            .await
-            .expect("receipts answers");
-        assert_eq!(answer.status(), 200);
-        answer.json().await.unwrap()
+        let mut all = Vec::new();
+        let mut url = format!("{}/receipts?limit=10000", self.base);
+        loop {
+            let answer = reqwest::get(&url).await.expect("receipts answers");
+            assert_eq!(answer.status(), 200);
+            let mut page: Value = answer.json().await.unwrap();
+            all.extend(page["receipts"].as_array_mut().unwrap().drain(..));
+            match page["next_page"].as_str() {
+                Some(next) if page["has_more"] == true => {
+                    url = format!("{}/receipts?limit=10000&starting_after={next}", self.base);
+                }
+                _ => return serde_json::json!({ "receipts": all, "totals": page["totals"] }),
+            }
+        }
     }
 
     /// The sum of a counter's series whose line starts with `series` (`name{labels`).

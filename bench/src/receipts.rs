@@ -1,0 +1,380 @@
+//! What the receipts consumer's inbox costs, and how far behind the money its receipts come
+//! (`checkout-bench --receipts N`, written to bench/receipts.md and BENCHMARKS.md's section).
+//!
+//! Throughput: N `payment.succeeded` messages are put on a fresh quorum queue of a real
+//! RabbitMQ node, then consumed the consumer's way (prefetch 50, a task per delivery, ack after
+//! the write), once through the inbox (`issue_receipt`: claim the message id, write the
+//! receipt, store the outcome, commit) and once writing the same receipt alone, alternately,
+//! twice each, on SQLite and on PostgreSQL. Lag: the checkout (publishing to the broker) and
+//! the real `receipts` binary under the bench's load; from each payment's time (taken in its
+//! transaction, just before its commit) to its receipt's commit.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use checkout_idempotency::{Outcome, Protocol};
+use checkout_receipts::consumer::{self, ConsumerSettings, INBOX_TTL};
+use checkout_receipts::receipt;
+use checkout_receipts::store::Store;
+use checkout_testkit::rabbitmq::Broker;
+use checkout_testkit::receipts::Consumer;
+use checkout_testkit::{Backend, Server, TestDb, new_key, pay_session};
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel};
+use serde_json::json;
+
+const PREFETCH: u16 = 50;
+
+pub struct Throughput {
+    pub database: &'static str,
+    pub messages: usize,
+    /// Receipts per second, each run in the order run.
+    pub with_inbox: Vec<f64>,
+    pub without: Vec<f64>,
+}
+
+impl Throughput {
+    fn best(runs: &[f64]) -> f64 {
+        runs.iter().copied().fold(0.0, f64::max)
+    }
+
+    pub fn ratio(&self) -> f64 {
+        Self::best(&self.with_inbox) / Self::best(&self.without)
+    }
+}
+
+pub struct Lag {
+    pub database: &'static str,
+    pub poll_ms: u64,
+    pub clients: usize,
+    pub payments: usize,
+    pub payments_per_second: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// Puts `messages` payment events on a fresh queue, then consumes them all with or without
+/// the inbox: receipts per second.
+async fn consume_once(
+    broker: &Broker,
+    backend: Backend,
+    messages: usize,
+    inbox: bool,
+    run: usize,
+) -> f64 {
+    let db = TestDb::new(backend).await;
+    let store = Store::open(&db.url)
+        .await
+        .expect("the receipts' database opens");
+    let settings = ConsumerSettings {
+        amqp_url: broker.url(),
+        queue: format!("bench.{}.{run}", if inbox { "inbox" } else { "plain" }),
+        prefetch: PREFETCH,
+    };
+    let connection =
+        lapin::Connection::connect(&settings.amqp_url, lapin::ConnectionProperties::default())
+            .await
+            .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    consumer::declare(&channel, &settings).await.unwrap();
+    fill(
+        &connection.create_channel().await.unwrap(),
+        &settings.queue,
+        messages,
+        run,
+    )
+    .await;
+
+    channel
+        .basic_qos(PREFETCH, BasicQosOptions::default())
+        .await
+        .unwrap();
+    let mut deliveries = channel
+        .basic_consume(
+            settings.queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let protocol = Protocol::new(INBOX_TTL);
+    let done = Arc::new(AtomicUsize::new(0));
+    let (finished, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
+    let started = Instant::now();
+    for _ in 0..messages {
+        let delivery = deliveries.next().await.unwrap().unwrap();
+        let (store, protocol, queue, done, finished) = (
+            store.clone(),
+            protocol.clone(),
+            settings.queue.clone(),
+            done.clone(),
+            finished.clone(),
+        );
+        tokio::spawn(async move {
+            let message_id = delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .unwrap()
+                .to_string();
+            let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
+            let receipt = receipt::from_event(&message_id, &body).unwrap();
+            if inbox {
+                let outcome =
+                    consumer::issue_receipt(&store, &protocol, &queue, &message_id, &body, receipt)
+                        .await
+                        .unwrap();
+                assert!(matches!(outcome, Outcome::Executed { .. }), "{outcome:?}");
+            } else {
+                let now = checkout_idempotency::now_ms();
+                assert!(store.insert_without_inbox(&receipt, now).await.unwrap());
+            }
+            delivery.ack(BasicAckOptions::default()).await.unwrap();
+            if done.fetch_add(1, Ordering::SeqCst) + 1 == messages {
+                let _ = finished.send(()).await;
+            }
+        });
+    }
+    all_done.recv().await;
+    messages as f64 / started.elapsed().as_secs_f64()
+}
+
+/// `messages` distinct payment events on `queue`, confirmed by the broker.
+async fn fill(channel: &Channel, queue: &str, messages: usize, run: usize) {
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut confirms = Vec::with_capacity(messages);
+    for i in 0..messages {
+        let event = json!({"type": "payment.succeeded", "livemode": false,
+            "timestamp": "2026-12-04T10:00:00.000Z",
+            "data": {"payment_id": format!("pay_{run}_{i}"), "order_id": format!("B-{i}"),
+                     "amount": 1_500, "currency": "RUB", "status": "succeeded",
+                     "items": [{"name": "Чай", "quantity": 1, "unit_price": 1_000},
+                               {"name": "Мёд", "quantity": 1, "unit_price": 500}]}});
+        let properties = BasicProperties::default()
+            .with_message_id(format!("evt_{run}_{i}").into())
+            .with_delivery_mode(2);
+        confirms.push(
+            channel
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    event.to_string().as_bytes(),
+                    properties,
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    for confirm in confirms {
+        assert!(confirm.await.unwrap().is_ack());
+    }
+}
+
+pub async fn throughput(broker: &Broker, messages: usize) -> Vec<Throughput> {
+    let mut results = Vec::new();
+    let mut run = 0;
+    for (database, backend) in [
+        ("SQLite", Backend::Sqlite),
+        ("PostgreSQL", Backend::Postgres),
+    ] {
+        let mut result = Throughput {
+            database,
+            messages,
+            with_inbox: Vec::new(),
+            without: Vec::new(),
+        };
+        for inbox in [false, true, false, true] {
+            run += 1;
+            let rate = consume_once(broker, backend, messages, inbox, run).await;
+            eprintln!(
+                "{database}: {rate:.0} receipts/s {}",
+                if inbox { "with the inbox" } else { "without" }
+            );
+            if inbox {
+                result.with_inbox.push(rate);
+            } else {
+                result.without.push(rate);
+            }
+        }
+        results.push(result);
+    }
+    results
+}
+
+/// The checkout under `clients` paying clients for `seconds`, publishing to `broker`, and the
+/// real consumer: from each payment to its receipt.
+pub async fn lag(
+    broker: &Broker,
+    server_bin: &str,
+    receipts_bin: &str,
+    backend: Backend,
+    poll_ms: u64,
+    clients: usize,
+    seconds: u64,
+) -> Lag {
+    let db = TestDb::new(backend).await;
+    let receipts_db = TestDb::new(backend).await;
+    let queue = format!(
+        "bench.lag.{poll_ms}.{}",
+        if backend == Backend::Sqlite {
+            "sqlite"
+        } else {
+            "postgres"
+        }
+    );
+    let consumer = Consumer::start(
+        receipts_bin,
+        &broker.url(),
+        &receipts_db.url,
+        &[("RECEIPTS_QUEUE", &queue), ("RUST_LOG", "warn")],
+    )
+    .await;
+    let poll = poll_ms.to_string();
+    let url = broker.url();
+    let server = Server::start_with(
+        server_bin,
+        &db,
+        &[
+            ("CHECKOUT_AMQP_URL", &url),
+            ("CHECKOUT_WEBHOOK_POLL_MS", &poll),
+            ("RUST_LOG", "warn"),
+        ],
+    )
+    .await;
+    // The queue exists before the first payment (the consumer declared it on starting).
+    let consuming = Instant::now();
+    while consumer.counter("receipts_consuming").await < 1.0 {
+        assert!(
+            consuming.elapsed() < Duration::from_secs(30),
+            "the consumer consumes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shop = server.add_shop("Лавка для замеров").await;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (api, shop) = (server.api(), shop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut shopper = api.shopper().await;
+            let (mut paid, mut spent) = (0usize, 0i64);
+            while Instant::now() < deadline {
+                if spent > 99_000 {
+                    shopper = api.shopper().await;
+                    spent = 0;
+                }
+                let session = shop.session(&format!("L{client}-{paid}"), 100).await;
+                let answer = shopper.pay(&new_key(), &pay_session(&session)).await;
+                assert_eq!(answer.status, 201, "{}", answer.body);
+                paid += 1;
+                spent += 100;
+            }
+            paid
+        }));
+    }
+    let mut payments = 0;
+    for task in tasks {
+        payments += task.await.unwrap();
+    }
+    let payments_per_second = payments as f64 / seconds as f64;
+    consumer
+        .wait_for_receipts(payments, Duration::from_secs(120))
+        .await;
+    let paid_at: std::collections::HashMap<String, i64> = db
+        .texts("SELECT payment_id || ' ' || CAST(created_at AS TEXT) FROM payments")
+        .await
+        .into_iter()
+        .map(|row| {
+            let (id, at) = row.split_once(' ').unwrap();
+            (id.to_owned(), at.parse().unwrap())
+        })
+        .collect();
+    let mut lags: Vec<f64> = TestDb::at(receipts_db.url.clone())
+        .texts("SELECT payment_id || ' ' || CAST(issued_at AS TEXT) FROM receipts")
+        .await
+        .into_iter()
+        .map(|row| {
+            let (id, at) = row.split_once(' ').unwrap();
+            (at.parse::<i64>().unwrap() - paid_at[id]) as f64 / 1_000.0
+        })
+        .collect();
+    lags.sort_by(f64::total_cmp);
+    let at = |q: f64| lags[((lags.len() as f64 - 1.0) * q).round() as usize];
+    Lag {
+        database: if backend == Backend::Sqlite {
+            "SQLite"
+        } else {
+            "PostgreSQL"
+        },
+        poll_ms,
+        clients,
+        payments,
+        payments_per_second,
+        p50: at(0.50),
+        p99: at(0.99),
+        max: at(1.0),
+    }
+}
+
+pub fn markdown(throughput: &[Throughput], lags: &[Lag]) -> String {
+    let mut md = String::new();
+    writeln!(md, "Written by `scripts/bench --receipts N` (`bench/src/receipts.rs`) from one run, on a real RabbitMQ node (Debian's 3.10.8).\n").unwrap();
+    writeln!(md, "**Consumer throughput, with the inbox and without it.** N `payment.succeeded` messages on a fresh quorum queue, consumed the consumer's way (prefetch {PREFETCH}, a task per delivery, ack after the commit); \"with the inbox\" runs the protocol (claim the message id, write the receipt, store the outcome, commit: one transaction), \"without\" writes the same receipt alone (one transaction). Alternately, twice each; the ratio is of the best of each. Durable both: SQLite `synchronous=FULL`, PostgreSQL with `fsync` on. Goal: ≥ 0.8.\n").unwrap();
+    writeln!(md, "| database | messages | without the inbox (receipts/s) | with the inbox (receipts/s) | ratio |").unwrap();
+    writeln!(md, "|---|---|---|---|---|").unwrap();
+    let runs = |rates: &[f64]| {
+        rates
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for t in throughput {
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | **{:.2}** |",
+            t.database,
+            t.messages,
+            runs(&t.without),
+            runs(&t.with_inbox),
+            t.ratio()
+        )
+        .unwrap();
+    }
+    writeln!(md, "\n**End-to-end lag, from the payment to its receipt.** The checkout (release build) publishing its outbox to the broker, the real `receipts` binary consuming, clients paying as fast as they are answered; from each payment's time (taken in its transaction, just before its commit) to its receipt's commit. The outbox is polled every `CHECKOUT_WEBHOOK_POLL_MS` when it had nothing to publish: that interval is most of the lag.\n").unwrap();
+    writeln!(
+        md,
+        "| database | outbox poll | clients | payments | payments/s | lag p50 | lag p99 | lag max |"
+    )
+    .unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|").unwrap();
+    for l in lags {
+        writeln!(
+            md,
+            "| {} | {} ms | {} | {} | {:.0} | {:.3} s | {:.3} s | {:.3} s |",
+            l.database,
+            l.poll_ms,
+            l.clients,
+            l.payments,
+            l.payments_per_second,
+            l.p50,
+            l.p99,
+            l.max
+        )
+        .unwrap();
+    }
+    md
+}
