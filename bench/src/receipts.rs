@@ -239,7 +239,7 @@ pub async fn lag(
         receipts_bin,
         &broker.url(),
         &receipts_db.url,
-        &[("RECEIPTS_QUEUE", &queue), ("RUST_LOG", "warn")],
+        &[("RECEIPTS_QUEUE", &queue)],
     )
     .await;
     let poll = poll_ms.to_string();
@@ -250,7 +250,6 @@ pub async fn lag(
         &[
             ("CHECKOUT_AMQP_URL", &url),
             ("CHECKOUT_WEBHOOK_POLL_MS", &poll),
-            ("RUST_LOG", "warn"),
         ],
     )
     .await;
