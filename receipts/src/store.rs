@@ -62,7 +62,11 @@ macro_rules! insert_receipt {
 
 #[derive(Clone)]
 pub struct Store {
+    /// Where the inbox's transactions and every write go.
     pool: Either<SqlitePool, PgPool>,
+    /// Where `GET /receipts` reads: the same pool on PostgreSQL; on SQLite read-only
+    /// connections of their own, so that a long listing never holds up the writer.
+    reads: Either<SqlitePool, PgPool>,
 }
 
 impl Clone for Either<SqlitePool, PgPool> {
@@ -110,7 +114,7 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 impl Store {
     /// Opens (and migrates) `sqlite://FILE` (created if missing) or `postgres://…`.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        let pool = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let options = PgConnectOptions::from_str(url)?
                 .options([("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis()))]);
             let pool = PgPoolOptions::new()
@@ -119,24 +123,37 @@ impl Store {
                 .connect_with(options)
                 .await?;
             POSTGRES_MIGRATIONS.run(&pool).await?;
-            Either::Postgres(pool)
-        } else {
-            // FULL: a receipt is acknowledged to the broker once committed, so the commit
-            // must survive a power cut too, not only a crash of the process.
-            let options = SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
-                .busy_timeout(LOCK_TIMEOUT);
-            let pool = SqlitePoolOptions::new()
-                .max_connections(8)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_with(options)
-                .await?;
-            SQLITE_MIGRATIONS.run(&pool).await?;
-            Either::Sqlite(pool)
-        };
-        Ok(Store { pool })
+            return Ok(Store {
+                pool: Either::Postgres(pool.clone()),
+                reads: Either::Postgres(pool),
+            });
+        }
+        // FULL: a receipt is acknowledged to the broker once committed, so the commit must
+        // survive a power cut too, not only a crash of the process.
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(LOCK_TIMEOUT);
+        // One writing connection: SQLite has one writer anyway, and writers of one process
+        // queue for this connection in order, where several connections would poll SQLite's
+        // lock in the busy handler's growing sleeps. Another consumer process still waits on
+        // the lock (the busy timeout).
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone())
+            .await?;
+        SQLITE_MIGRATIONS.run(&pool).await?;
+        let reads = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Store {
+            pool: Either::Sqlite(pool),
+            reads: Either::Sqlite(reads),
+        })
     }
 
     /// The receipts, newest first by id (ids are time-ordered), at most `limit`; only
@@ -147,7 +164,7 @@ impl Store {
         starting_after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Receipt>, StoreError> {
-        let rows: Vec<ReceiptRow> = on_either!(&self.pool, pool => {
+        let rows: Vec<ReceiptRow> = on_either!(&self.reads, pool => {
             sqlx::query_as(
                 "SELECT receipt_id, kind, payment_id, refund_id, order_id, currency, livemode, \
                         lines, total, event_id, operation_at, issued_at \
@@ -166,7 +183,7 @@ impl Store {
 
     /// How many receipts, and their sum with returns subtracted: what the books must show.
     pub async fn totals(&self) -> Result<Totals, StoreError> {
-        let (income, returns, net): (i64, i64, i64) = on_either!(&self.pool, pool => {
+        let (income, returns, net): (i64, i64, i64) = on_either!(&self.reads, pool => {
             sqlx::query_as(
                 "SELECT CAST(COALESCE(SUM(CASE WHEN kind = 'income' THEN 1 ELSE 0 END), 0) AS BIGINT), \
                         CAST(COALESCE(SUM(CASE WHEN kind = 'income' THEN 0 ELSE 1 END), 0) AS BIGINT), \
@@ -321,10 +338,10 @@ impl KeyStore for Inbox {
     type Tx = InboxTx;
     type Error = StoreError;
 
-    /// SQLite's readers compete with no writer: a redelivery is told from a read. On PostgreSQL
-    /// the claim itself tells it.
+    /// Nearly every message is new: a read before the claim would only cost a round trip
+    /// (and a redelivery is told by the claim itself).
     fn reads_before_claim(&self) -> bool {
-        matches!(self.pool, Either::Sqlite(_))
+        false
     }
 
     async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
