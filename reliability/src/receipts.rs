@@ -83,7 +83,7 @@ pub async fn run(plan: &ReceiptsPlan, server_bin: &str, receipts_bin: &str) -> R
         ("RECEIPTS_FAULTS", "delay_after_commit_ms=20"),
     ];
     let start_consumer = || Consumer::start(receipts_bin, &url, &receipts_db.url, &consumer_env);
-    let mut consumers = vec![start_consumer().await, start_consumer().await];
+    let mut consumers = [start_consumer().await, start_consumer().await];
     consumers[0]
         .wait_for_log("consuming", Duration::from_secs(60))
         .await;
@@ -118,7 +118,7 @@ pub async fn run(plan: &ReceiptsPlan, server_bin: &str, receipts_bin: &str) -> R
     while started.elapsed() < plan.load {
         tokio::time::sleep(plan.chaos_every).await;
         act += 1;
-        if act % plan.broker_every == 0 {
+        if act.is_multiple_of(plan.broker_every) {
             let node = broker.clone();
             tokio::task::spawn_blocking(move || {
                 node.stop();

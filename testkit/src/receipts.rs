@@ -78,7 +78,7 @@ impl Consumer {
             let answer = reqwest::get(&url).await.expect("receipts answers");
             assert_eq!(answer.status(), 200);
             let mut page: Value = answer.json().await.unwrap();
-            all.extend(page["receipts"].as_array_mut().unwrap().drain(..));
+            all.append(page["receipts"].as_array_mut().unwrap());
             match page["next_page"].as_str() {
                 Some(next) if page["has_more"] == true => {
                     url = format!("{}/receipts?limit=10000&starting_after={next}", self.base);
