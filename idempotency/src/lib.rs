@@ -44,6 +44,25 @@ pub struct StoredResponse {
     pub body: String,
 }
 
+impl StoredResponse {
+    /// The answer a key's row holds: one only once its status is `done` (the stores write
+    /// `in_progress` at the claim and `done` with the answer at the completion).
+    pub fn from_columns(
+        status: &str,
+        response_status: Option<i64>,
+        response_body: Option<String>,
+    ) -> Option<StoredResponse> {
+        match (status, response_status, response_body) {
+            ("done", Some(status), Some(body)) => Some(StoredResponse {
+                // The column only ever holds statuses its writer sent.
+                status: u16::try_from(status).unwrap_or(500),
+                body,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// A key as stored: what its first request was and, once done, the answer to replay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRecord {

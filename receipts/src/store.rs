@@ -316,13 +316,7 @@ type KeyRow = (
 fn key_record(
     (request_hash, request_body, status, response_status, response_body, created_at): KeyRow,
 ) -> KeyRecord {
-    let response = match (status.as_str(), response_status, response_body) {
-        ("done", Some(status), Some(body)) => Some(StoredResponse {
-            status: u16::try_from(status).unwrap_or(500),
-            body,
-        }),
-        _ => None,
-    };
+    let response = StoredResponse::from_columns(&status, response_status, response_body);
     KeyRecord {
         request_hash,
         request_body,

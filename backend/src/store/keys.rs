@@ -73,18 +73,11 @@ pub static SWEEP_EXPIRED_KEYS: Template = Template::new(
 );
 
 pub(super) fn read_key(row: &dyn Row) -> Result<KeyRecord, RowError> {
-    let response = match (
-        row.text("status")?.as_str(),
+    let response = StoredResponse::from_columns(
+        &row.text("status")?,
         row.opt_int("response_status")?,
         row.opt_text("response_body")?,
-    ) {
-        ("done", Some(status), Some(body)) => Some(StoredResponse {
-            // The column only ever holds statuses the server sent.
-            status: u16::try_from(status).unwrap_or(500),
-            body,
-        }),
-        _ => None,
-    };
+    );
     Ok(KeyRecord {
         request_hash: row.text("request_hash")?,
         request_body: row.opt_text("request_body")?,
