@@ -29,7 +29,7 @@ use crate::store::{InboxTx, Store, StoreError};
 
 /// The checkout's exchange (declared here too, as the checkout declares it: either may start
 /// first).
-pub const EXCHANGE: &str = "checkout.events";
+pub const EXCHANGE: &str = checkout_shared::EVENTS_EXCHANGE;
 /// What a receipt is issued for: the queue's bindings.
 pub const ROUTING_KEYS: [&str; 2] = [PAYMENT_SUCCEEDED, REFUND_SUCCEEDED];
 /// The header a dead-lettered message carries its reason in.

@@ -243,6 +243,10 @@ pub struct KeyStatus {
     pub expires_at: Option<String>,
 }
 
+/// The RabbitMQ exchange (durable, topic) the checkout publishes its events to, each with its
+/// type as the routing key, its id as `message_id`, and the webhook's body.
+pub const EVENTS_EXCHANGE: &str = "checkout.events";
+
 /// An event to a shop, as its webhook body (Standard Webhooks): the `webhook-id` header carries
 /// its id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

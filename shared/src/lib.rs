@@ -10,9 +10,9 @@ pub mod problem;
 
 pub use api::{
     Account, CheckoutSession, CheckoutSessionStatus, CreateCheckoutSession, CreatePayment,
-    CreateRefund, DemoCart, DemoSession, EventBody, EventList, EventView, KeyState, KeyStatus,
-    LineItem, Payment, PaymentDetails, PaymentStatus, Refund, ShopView, ShopperCredentials,
-    ShopperToken,
+    CreateRefund, DemoCart, DemoSession, EVENTS_EXCHANGE, EventBody, EventList, EventView,
+    KeyState, KeyStatus, LineItem, Payment, PaymentDetails, PaymentStatus, Refund, ShopView,
+    ShopperCredentials, ShopperToken,
 };
 pub use key::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::store::{BoxError, Store};
 
 /// The exchange every event is published to.
-pub const EXCHANGE: &str = "checkout.events";
+pub const EXCHANGE: &str = checkout_shared::EVENTS_EXCHANGE;
 /// Connecting and declaring, at most; a round's confirms, at most.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events published per round (each confirmed before the round's rows are marked).
