@@ -2,10 +2,11 @@
 //! (`checkout-bench --receipts N`, written to bench/receipts.md and BENCHMARKS.md's section).
 //!
 //! Throughput: N `payment.succeeded` messages are put on a fresh quorum queue of a real
-//! RabbitMQ node, then consumed the consumer's way (prefetch 50, a task per delivery, ack after
-//! the write), once through the inbox (`issue_receipt`: claim the message id, write the
-//! receipt, store the outcome, commit) and once writing the same receipt alone, alternately,
-//! twice each, on SQLite and on PostgreSQL. Lag: the checkout (publishing to the broker) and
+//! RabbitMQ node, then consumed the consumer's way (its default prefetch, batches of what is here, a few
+//! written at once, ack after the commit), once through the inbox (`issue_receipts`: claim the
+//! message ids, write the receipts, store the outcomes, commit) and once writing the same
+//! receipts alone in one transaction, alternately, three times each, on SQLite and on
+//! PostgreSQL. Lag: the checkout (publishing to the broker) and
 //! the real `receipts` binary under the bench's load; from each payment's time (taken in its
 //! transaction, just before its commit) to its receipt's commit.
 
@@ -21,7 +22,6 @@ use checkout_receipts::store::Store;
 use checkout_testkit::rabbitmq::Broker;
 use checkout_testkit::receipts::Consumer;
 use checkout_testkit::{Backend, Server, TestDb, new_key, pay_session};
-use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions,
@@ -30,19 +30,27 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
 use serde_json::json;
 
-const PREFETCH: u16 = 50;
+const PREFETCH: u16 = consumer::DEFAULT_PREFETCH;
 
 pub struct Throughput {
     pub database: &'static str,
     pub messages: usize,
-    /// Receipts per second, each run in the order run.
-    pub with_inbox: Vec<f64>,
-    pub without: Vec<f64>,
+    /// Each run in the order run.
+    pub with_inbox: Vec<Run>,
+    pub without: Vec<Run>,
+}
+
+/// One consumption of the queue.
+pub struct Run {
+    /// Receipts per second.
+    pub rate: f64,
+    /// Messages per transaction, on average: what the consumer's batches came to.
+    pub batch: f64,
 }
 
 impl Throughput {
-    fn best(runs: &[f64]) -> f64 {
-        runs.iter().copied().fold(0.0, f64::max)
+    fn best(runs: &[Run]) -> f64 {
+        runs.iter().map(|run| run.rate).fold(0.0, f64::max)
     }
 
     pub fn ratio(&self) -> f64 {
@@ -69,8 +77,8 @@ async fn consume_once(
     messages: usize,
     inbox: bool,
     run: usize,
-) -> f64 {
-    let db = TestDb::new(backend).await;
+) -> Run {
+    let db = durable(backend).await;
     let store = Store::open(&db.url)
         .await
         .expect("the receipts' database opens");
@@ -109,9 +117,17 @@ async fn consume_once(
     let protocol = Protocol::new(INBOX_TTL);
     let done = Arc::new(AtomicUsize::new(0));
     let (finished, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
+    let turns = Arc::new(tokio::sync::Semaphore::new(consumer::BATCHES_AT_ONCE));
     let started = Instant::now();
-    for _ in 0..messages {
-        let delivery = deliveries.next().await.unwrap().unwrap();
+    let (mut taken, mut batches) = (0, 0);
+    // The consumer's own loop: batches of what is here, a few written at once.
+    while taken < messages {
+        let turn = turns.clone().acquire_owned().await.unwrap();
+        let batch = consumer::next_batch(&mut deliveries, usize::from(PREFETCH))
+            .await
+            .unwrap();
+        taken += batch.len();
+        batches += 1;
         let (store, protocol, queue, done, finished) = (
             store.clone(),
             protocol.clone(),
@@ -120,32 +136,69 @@ async fn consume_once(
             finished.clone(),
         );
         tokio::spawn(async move {
-            let message_id = delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .unwrap()
-                .to_string();
-            let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
-            let receipt = receipt::from_event(&message_id, &body).unwrap();
+            let read: Vec<(String, serde_json::Value)> = batch
+                .iter()
+                .map(|delivery| {
+                    let id = delivery
+                        .properties
+                        .message_id()
+                        .as_ref()
+                        .unwrap()
+                        .to_string();
+                    (id, serde_json::from_slice(&delivery.data).unwrap())
+                })
+                .collect();
+            let receipts: Vec<receipt::NewReceipt> = read
+                .iter()
+                .map(|(id, body)| receipt::from_event(id, body).unwrap())
+                .collect();
             if inbox {
-                let outcome =
-                    consumer::issue_receipt(&store, &protocol, &queue, &message_id, &body, receipt)
-                        .await
-                        .unwrap();
-                assert!(matches!(outcome, Outcome::Executed { .. }), "{outcome:?}");
+                let outcomes = consumer::issue_receipts(
+                    &store,
+                    &protocol,
+                    &queue,
+                    read.iter()
+                        .zip(receipts)
+                        .map(|((id, body), receipt)| (id.as_str(), body, receipt))
+                        .collect(),
+                )
+                .await;
+                for outcome in outcomes {
+                    let outcome = outcome.unwrap();
+                    assert!(matches!(outcome, Outcome::Executed { .. }), "{outcome:?}");
+                }
             } else {
                 let now = checkout_idempotency::now_ms();
-                assert!(store.insert_without_inbox(&receipt, now).await.unwrap());
+                let written = store.insert_without_inbox(&receipts, now).await.unwrap();
+                assert_eq!(written, receipts.len());
             }
-            delivery.ack(BasicAckOptions::default()).await.unwrap();
-            if done.fetch_add(1, Ordering::SeqCst) + 1 == messages {
+            futures::future::join_all(
+                batch
+                    .iter()
+                    .map(|delivery| delivery.ack(BasicAckOptions::default())),
+            )
+            .await;
+            drop(turn);
+            if done.fetch_add(read.len(), Ordering::SeqCst) + read.len() == messages {
                 let _ = finished.send(()).await;
             }
         });
     }
     all_done.recv().await;
-    messages as f64 / started.elapsed().as_secs_f64()
+    Run {
+        rate: messages as f64 / started.elapsed().as_secs_f64(),
+        batch: messages as f64 / batches as f64,
+    }
+}
+
+/// A fresh database that keeps what it commits: SQLite's files are `synchronous=FULL` (the
+/// consumer's and the checkout's own setting); PostgreSQL the cluster with `fsync` on, not the
+/// tests' one without it.
+async fn durable(backend: Backend) -> TestDb {
+    match backend {
+        Backend::Postgres => TestDb::on(checkout_testkit::postgres::durable_cluster()).await,
+        other => TestDb::new(other).await,
+    }
 }
 
 /// `messages` distinct payment events on `queue`, confirmed by the broker.
@@ -196,17 +249,19 @@ pub async fn throughput(broker: &Broker, messages: usize) -> Vec<Throughput> {
             with_inbox: Vec::new(),
             without: Vec::new(),
         };
-        for inbox in [false, true, false, true] {
+        for inbox in [false, true, false, true, false, true] {
             run += 1;
-            let rate = consume_once(broker, backend, messages, inbox, run).await;
+            let measured = consume_once(broker, backend, messages, inbox, run).await;
             eprintln!(
-                "{database}: {rate:.0} receipts/s {}",
-                if inbox { "with the inbox" } else { "without" }
+                "{database}: {:.0} receipts/s {} (batches of {:.1} on average)",
+                measured.rate,
+                if inbox { "with the inbox" } else { "without" },
+                measured.batch
             );
             if inbox {
-                result.with_inbox.push(rate);
+                result.with_inbox.push(measured);
             } else {
-                result.without.push(rate);
+                result.without.push(measured);
             }
         }
         results.push(result);
@@ -225,8 +280,8 @@ pub async fn lag(
     clients: usize,
     seconds: u64,
 ) -> Lag {
-    let db = TestDb::new(backend).await;
-    let receipts_db = TestDb::new(backend).await;
+    let db = durable(backend).await;
+    let receipts_db = durable(backend).await;
     let queue = format!(
         "bench.lag.{poll_ms}.{}",
         if backend == Backend::Sqlite {
@@ -331,13 +386,12 @@ pub async fn lag(
 pub fn markdown(throughput: &[Throughput], lags: &[Lag]) -> String {
     let mut md = String::new();
     writeln!(md, "Written by `scripts/bench --receipts N` (`bench/src/receipts.rs`) from one run, on a real RabbitMQ node (Debian's 3.10.8).\n").unwrap();
-    writeln!(md, "**Consumer throughput, with the inbox and without it.** N `payment.succeeded` messages on a fresh quorum queue, consumed the consumer's way (prefetch {PREFETCH}, a task per delivery, ack after the commit); \"with the inbox\" runs the protocol (claim the message id, write the receipt, store the outcome, commit: one transaction), \"without\" writes the same receipt alone (one transaction). Alternately, twice each; the ratio is of the best of each. Durable both: SQLite `synchronous=FULL`, PostgreSQL with `fsync` on. Goal: ≥ 0.8.\n").unwrap();
+    writeln!(md, "**Consumer throughput, with the inbox and without it.** N `payment.succeeded` messages on a fresh quorum queue, consumed the consumer's way (prefetch {PREFETCH}; each batch is whatever deliveries are here, up to {BATCHES} batches written at once; ack after the commit): \"with the inbox\" runs the protocol for the batch (`Protocol::execute_many`: one statement claiming every message id, each receipt written, one statement storing every outcome, one commit), \"without\" writes the same receipts in one transaction alone. Alternately, three times each; the ratio is of the best of each; in brackets, the messages per transaction on average. Durable both: SQLite `synchronous=FULL`, PostgreSQL with `fsync` on. Goal: ≥ 0.8.\n", BATCHES = consumer::BATCHES_AT_ONCE).unwrap();
     writeln!(md, "| database | messages | without the inbox (receipts/s) | with the inbox (receipts/s) | ratio |").unwrap();
     writeln!(md, "|---|---|---|---|---|").unwrap();
-    let runs = |rates: &[f64]| {
-        rates
-            .iter()
-            .map(|r| format!("{r:.0}"))
+    let runs = |runs: &[Run]| {
+        runs.iter()
+            .map(|run| format!("{:.0} ({:.1})", run.rate, run.batch))
             .collect::<Vec<_>>()
             .join(", ")
     };

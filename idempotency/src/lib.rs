@@ -211,6 +211,36 @@ pub trait KeyTx: Send {
         claim: &Claim,
         response: &StoredResponse,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// [`KeyTx::claim`] of every claim, what each found in their order. A store where a
+    /// statement costs a round trip claims them all in one.
+    fn claim_many(
+        &mut self,
+        claims: &[Claim],
+        expired_before_ms: i64,
+    ) -> impl Future<Output = Result<Vec<Claimed>, Self::Error>> + Send {
+        async move {
+            let mut claimed = Vec::with_capacity(claims.len());
+            for claim in claims {
+                claimed.push(self.claim(claim, expired_before_ms).await?);
+            }
+            Ok(claimed)
+        }
+    }
+
+    /// [`KeyTx::complete`] of every claimed key with its answer; fails unless each claimed row
+    /// was updated. A store where a statement costs a round trip stores them all in one.
+    fn complete_many(
+        &mut self,
+        answers: &[(&Claim, &StoredResponse)],
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        async move {
+            for (claim, response) in answers {
+                self.complete(claim, response).await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// What a claim found.
@@ -330,6 +360,21 @@ impl Protocol {
         O: Operation<S::Tx>,
         O::Error: From<S::Error>,
     {
+        self.execute_shared(store, request, Arc::new(operation))
+            .await
+    }
+
+    async fn execute_shared<S, O>(
+        &self,
+        store: &S,
+        request: KeyedRequest<'_>,
+        operation: Arc<O>,
+    ) -> Result<Outcome, O::Error>
+    where
+        S: KeyStore,
+        O: Operation<S::Tx>,
+        O::Error: From<S::Error>,
+    {
         let canonical_body = canonical_json(request.body);
         let fingerprint = Fingerprint::of_canonical(request.method, request.route, &canonical_body);
         let asked = Asked {
@@ -378,7 +423,6 @@ impl Protocol {
             return Ok(Outcome::InUse);
         };
 
-        let operation = Arc::new(operation);
         for _attempt in 0..MAX_ATTEMPTS {
             if self.hooks.key_in_flight(request.scope, request.key) {
                 return Ok(Outcome::InUse);
@@ -417,6 +461,127 @@ impl Protocol {
             });
         }
         Ok(Outcome::TryAgain)
+    }
+
+    /// Runs many keyed requests in ONE transaction: one claim of all their keys, each
+    /// operation, one storing of all their answers, one commit. What a consumer taking messages
+    /// in batches then pays per message is its operation, not a transaction and the protocol's
+    /// own statements each time. Each request gets the outcome [`Protocol::execute`] would have
+    /// given it, in the order given. The batch settles only what it can settle at once; any
+    /// request it cannot (a copy already in flight, a key held by a request still executing or
+    /// gone meanwhile, a race lost, a hook that aborts, a failed transaction — of which nothing
+    /// committed) runs alone through [`Protocol::execute`] afterwards.
+    pub async fn execute_many<S, O>(
+        &self,
+        store: &S,
+        batch: Vec<(KeyedRequest<'_>, O)>,
+    ) -> Vec<Result<Outcome, O::Error>>
+    where
+        S: KeyStore,
+        O: Operation<S::Tx>,
+        O::Error: From<S::Error>,
+    {
+        let (requests, operations): (Vec<KeyedRequest<'_>>, Vec<Arc<O>>) = batch
+            .into_iter()
+            .map(|(request, operation)| (request, Arc::new(operation)))
+            .unzip();
+        let mut outcomes: Vec<Option<Result<Outcome, O::Error>>> =
+            requests.iter().map(|_| None).collect();
+        let mut alone = Vec::new();
+        let now_ms = now_ms();
+        let live_after = now_ms.saturating_sub(self.ttl_ms());
+        let mut fingerprints = Vec::with_capacity(requests.len());
+        let mut in_flight = Vec::with_capacity(requests.len());
+        let mut units = Vec::with_capacity(requests.len());
+        for (i, request) in requests.iter().enumerate() {
+            let canonical_body = canonical_json(request.body);
+            let fingerprint =
+                Fingerprint::of_canonical(request.method, request.route, &canonical_body);
+            fingerprints.push(fingerprint.clone());
+            if store.reads_before_claim() {
+                match store.stored_key(request.scope, request.key).await {
+                    Ok(Some(record)) if record.created_at_ms >= live_after => {
+                        let asked = asked(request, &fingerprint);
+                        outcomes[i] = Some(Ok(self.answer_from_storage(record, &asked)));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        outcomes[i] = Some(Err(error.into()));
+                        continue;
+                    }
+                }
+            }
+            // A copy in flight (in this batch or elsewhere in this process) is left to wait for
+            // it alone, afterwards.
+            match self.in_flight.enter(request.scope, request.key) {
+                Entry::First(guard) => in_flight.push(guard),
+                Entry::Behind(_) => {
+                    alone.push(i);
+                    continue;
+                }
+            }
+            if self.hooks.key_in_flight(request.scope, request.key) {
+                outcomes[i] = Some(Ok(Outcome::InUse));
+                continue;
+            }
+            let claim = Claim {
+                scope: request.scope.to_owned(),
+                key: request.key.to_owned(),
+                claim_id: uuid::Uuid::now_v7().simple().to_string(),
+                request_hash: fingerprint.as_str().to_owned(),
+                request_body: canonical_body,
+                now_ms,
+            };
+            units.push((i, claim, operations[i].clone()));
+        }
+
+        if !units.is_empty() {
+            // Claimed in the keys' order: two batches sharing keys lock them in one order.
+            units.sort_by(|(_, a, _), (_, b, _)| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+            let indexes: Vec<usize> = units.iter().map(|(i, _, _)| *i).collect();
+            let (claims, operations) = units.into_iter().map(|(_, c, o)| (c, o)).unzip();
+            let work = BatchWork {
+                claims,
+                operations,
+                expired_before_ms: live_after,
+                hooks: self.hooks.clone(),
+            };
+            match store.transaction(work).await {
+                Ok(BatchEnd::Committed(steps)) => {
+                    for (i, step) in indexes.into_iter().zip(steps) {
+                        match step {
+                            UnitStep::Committed(response) => {
+                                outcomes[i] = Some(Ok(Outcome::Executed {
+                                    response,
+                                    expires_at_ms: now_ms.saturating_add(self.ttl_ms()),
+                                }));
+                            }
+                            UnitStep::Taken(Some(record)) => {
+                                let asked = asked(&requests[i], &fingerprints[i]);
+                                outcomes[i] = Some(Ok(self.answer_from_storage(record, &asked)));
+                            }
+                            UnitStep::Taken(None) => alone.push(i),
+                        }
+                    }
+                }
+                // Nothing of the batch committed: each runs alone.
+                Ok(BatchEnd::Undone) | Err(_) => alone.extend(indexes),
+            }
+        }
+
+        drop(in_flight);
+        alone.sort_unstable();
+        for i in alone {
+            outcomes[i] = Some(
+                self.execute_shared(store, requests[i], operations[i].clone())
+                    .await,
+            );
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or(Ok(Outcome::TryAgain)))
+            .collect()
     }
 
     fn answer_from_storage(&self, record: KeyRecord, asked: &Asked<'_>) -> Outcome {
@@ -607,6 +772,95 @@ where
         }
         // 5. …and all of it commits at once.
         Ok(Finish::Commit(Step::Committed(response)))
+    }
+}
+
+fn asked<'a>(request: &'a KeyedRequest<'_>, fingerprint: &'a Fingerprint) -> Asked<'a> {
+    Asked {
+        fingerprint,
+        method: request.method,
+        route: request.route,
+        body: request.body,
+    }
+}
+
+/// How the transaction of [`Protocol::execute_many`] ended.
+enum BatchEnd {
+    /// Committed: each unit's step, in the order of the claims.
+    Committed(Vec<UnitStep>),
+    /// Rolled back (a race lost, a hook's abort, claims the store did not answer in full):
+    /// every unit runs alone.
+    Undone,
+}
+
+enum UnitStep {
+    Committed(StoredResponse),
+    Taken(Option<KeyRecord>),
+}
+
+/// Steps 1–4 for every unit of a batch inside one transaction; the store commits (step 5) on
+/// [`Finish::Commit`]. Claims whose keys are taken wrote nothing and stay out of the rest.
+struct BatchWork<O> {
+    claims: Vec<Claim>,
+    operations: Vec<Arc<O>>,
+    expired_before_ms: i64,
+    hooks: Arc<dyn Hooks>,
+}
+
+impl<Tx, O> Work<Tx> for BatchWork<O>
+where
+    Tx: KeyTx,
+    O: Operation<Tx>,
+    O::Error: From<Tx::Error>,
+{
+    type Output = BatchEnd;
+    type Error = O::Error;
+
+    async fn run(self, tx: &mut Tx) -> Result<Finish<BatchEnd>, O::Error> {
+        // 1. Claim every key at once (a key another request holds still executing fails the
+        // claim after the store's bound: then each runs alone).
+        let claimed = tx.claim_many(&self.claims, self.expired_before_ms).await?;
+        if claimed.len() != self.claims.len() {
+            return Ok(Finish::Rollback(BatchEnd::Undone));
+        }
+        // 2–3. Each claimed key's change.
+        let mut steps = Vec::with_capacity(claimed.len());
+        for ((claimed, claim), operation) in
+            claimed.into_iter().zip(&self.claims).zip(&self.operations)
+        {
+            steps.push(match claimed {
+                Claimed::Ours => match operation.apply(tx, claim).await? {
+                    Decision::Respond(response) => UnitStep::Committed(response),
+                    Decision::Restart => return Ok(Finish::Rollback(BatchEnd::Undone)),
+                },
+                Claimed::Taken(record) => UnitStep::Taken(record),
+            });
+        }
+        // 4. Every answer stored with its key…
+        let answers: Vec<(&Claim, &StoredResponse)> = self
+            .claims
+            .iter()
+            .zip(&steps)
+            .filter_map(|(claim, step)| match step {
+                UnitStep::Committed(response) => Some((claim, response)),
+                UnitStep::Taken(_) => None,
+            })
+            .collect();
+        if !answers.is_empty() {
+            tx.complete_many(&answers).await?;
+        }
+        for (claim, _) in &answers {
+            if self
+                .hooks
+                .before_commit(&claim.scope, &claim.key)
+                .await
+                .is_err()
+            {
+                return Ok(Finish::Rollback(BatchEnd::Undone));
+            }
+        }
+        // 5. …and all of it commits at once.
+        Ok(Finish::Commit(BatchEnd::Committed(steps)))
     }
 }
 

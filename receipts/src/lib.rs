@@ -41,7 +41,7 @@ pub struct Config {
     #[arg(long, env = "RECEIPTS_QUEUE", default_value = "receipts")]
     pub queue: String,
     /// Unacknowledged messages the broker hands this consumer at once.
-    #[arg(long, env = "RECEIPTS_PREFETCH", default_value_t = 50)]
+    #[arg(long, env = "RECEIPTS_PREFETCH", default_value_t = consumer::DEFAULT_PREFETCH)]
     pub prefetch: u16,
 }
 

@@ -3,12 +3,14 @@
 //! runs on either (`$n` parameters, `ON CONFLICT`, partial indexes), and [`on_either!`] hands
 //! it to whichever driver holds the connection.
 
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
 use checkout_idempotency::{
     Claim, Claimed, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
 };
+use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool};
@@ -115,8 +117,13 @@ impl Store {
     /// Opens (and migrates) `sqlite://FILE` (created if missing) or `postgres://…`.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            let options = PgConnectOptions::from_str(url)?
-                .options([("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis()))]);
+            // A plan for each execution, never one kept from the first few: the inbox's batch
+            // statements join arrays of keys to a table that starts empty, and a plan kept from
+            // then (scan it all) scanned the whole inbox for every batch once it had grown.
+            let options = PgConnectOptions::from_str(url)?.options([
+                ("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis())),
+                ("plan_cache_mode", "force_custom_plan".to_owned()),
+            ]);
             let pool = PgPoolOptions::new()
                 .max_connections(16)
                 .acquire_timeout(Duration::from_secs(10))
@@ -207,17 +214,40 @@ impl Store {
         }
     }
 
-    /// Writes a receipt with no inbox at all: the benchmark's baseline, never the consumer's
-    /// way (a redelivered message would be refused by the unique indexes, not absorbed).
+    /// Writes a batch's receipts with no inbox at all, in one transaction (as the inbox's
+    /// batch is): the benchmark's baseline, never the consumer's way (a redelivered message
+    /// would be refused by the unique indexes, not absorbed). How many were written.
     pub async fn insert_without_inbox(
         &self,
-        receipt: &NewReceipt,
+        receipts: &[NewReceipt],
         now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let inserted: Option<(String,)> = on_either!(&self.pool, pool => {
-            insert_receipt!(receipt, lines_json(receipt), now_ms).fetch_optional(pool).await?
-        });
-        Ok(inserted.is_some())
+    ) -> Result<usize, StoreError> {
+        let mut written = 0;
+        match &self.pool {
+            Either::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                for receipt in receipts {
+                    let inserted: Option<(String,)> =
+                        insert_receipt!(receipt, lines_json(receipt), now_ms)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    written += usize::from(inserted.is_some());
+                }
+                tx.commit().await?;
+            }
+            Either::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                for receipt in receipts {
+                    let inserted: Option<(String,)> =
+                        insert_receipt!(receipt, lines_json(receipt), now_ms)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    written += usize::from(inserted.is_some());
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(written)
     }
 }
 
@@ -304,28 +334,22 @@ pub struct InboxTx {
     tx: Either<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>,
 }
 
-type KeyRow = (
-    String,
-    Option<String>,
-    String,
-    Option<i64>,
-    Option<String>,
-    i64,
-);
+type KeyRow = (String, String, Option<i64>, Option<String>, i64);
 
 fn key_record(
-    (request_hash, request_body, status, response_status, response_body, created_at): KeyRow,
+    (request_hash, status, response_status, response_body, created_at): KeyRow,
 ) -> KeyRecord {
     let response = StoredResponse::from_columns(&status, response_status, response_body);
     KeyRecord {
         request_hash,
-        request_body,
+        // Not kept (see the migration 0002): a reused message id is told by its fingerprint.
+        request_body: None,
         response,
         created_at_ms: created_at,
     }
 }
 
-const STORED_KEY: &str = "SELECT request_hash, request_body, status, response_status, response_body, created_at \
+const STORED_KEY: &str = "SELECT request_hash, status, response_status, response_body, created_at \
      FROM inbox WHERE consumer = $1 AND message_id = $2";
 
 impl KeyStore for Inbox {
@@ -387,22 +411,20 @@ impl KeyTx for InboxTx {
         // one's transaction (at most the lock timeout), then finds its row.
         let claimed: Option<(String,)> = on_either!(&mut self.tx, tx => {
             sqlx::query_as(
-                "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, request_body, \
-                                    status, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, 'in_progress', $6) \
+                "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
+                                    created_at) \
+                 VALUES ($1, $2, $3, $4, 'in_progress', $5) \
                  ON CONFLICT (consumer, message_id) DO UPDATE \
                     SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
-                        request_body = excluded.request_body, status = 'in_progress', \
-                        response_status = NULL, response_body = NULL, \
-                        created_at = excluded.created_at \
-                  WHERE inbox.created_at < $7 \
+                        status = 'in_progress', response_status = NULL, \
+                        response_body = NULL, created_at = excluded.created_at \
+                  WHERE inbox.created_at < $6 \
                  RETURNING claim_id",
             )
             .bind(&claim.scope)
             .bind(&claim.key)
             .bind(&claim.claim_id)
             .bind(&claim.request_hash)
-            .bind(&claim.request_body)
             .bind(claim.now_ms)
             .bind(expired_before_ms)
             .fetch_optional(&mut **tx)
@@ -419,6 +441,111 @@ impl KeyTx for InboxTx {
                 .await?
         });
         Ok(Claimed::Taken(row.map(key_record)))
+    }
+
+    /// One statement for all the claims (a round trip each would cost PostgreSQL more than the
+    /// receipts themselves), its text the same for any number; the keys it did not take are
+    /// then read one by one (redeliveries: rare).
+    async fn claim_many(
+        &mut self,
+        claims: &[Claim],
+        expired_before_ms: i64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let column = |f: fn(&Claim) -> &str| -> Vec<&str> { claims.iter().map(f).collect() };
+        let taken: Vec<(String, String)> = match &mut self.tx {
+            Either::Sqlite(tx) => {
+                let rows: Vec<Value> = claims
+                    .iter()
+                    .map(|c| json!([c.scope, c.key, c.claim_id, c.request_hash, c.now_ms]))
+                    .collect();
+                sqlx::query_as(SQLITE_CLAIM_MANY)
+                    .bind(Value::Array(rows).to_string())
+                    .bind(expired_before_ms)
+                    .fetch_all(&mut **tx)
+                    .await?
+            }
+            Either::Postgres(tx) => {
+                sqlx::query_as(POSTGRES_CLAIM_MANY)
+                    .bind(column(|c| &c.scope))
+                    .bind(column(|c| &c.key))
+                    .bind(column(|c| &c.claim_id))
+                    .bind(column(|c| &c.request_hash))
+                    .bind(claims.iter().map(|c| c.now_ms).collect::<Vec<i64>>())
+                    .bind(expired_before_ms)
+                    .fetch_all(&mut **tx)
+                    .await?
+            }
+        };
+        let ours: HashSet<(String, String)> = taken.into_iter().collect();
+        let mut claimed = Vec::with_capacity(claims.len());
+        for claim in claims {
+            if ours.contains(&(claim.scope.clone(), claim.key.clone())) {
+                claimed.push(Claimed::Ours);
+                continue;
+            }
+            let row: Option<KeyRow> = on_either!(&mut self.tx, tx => {
+                sqlx::query_as(STORED_KEY)
+                    .bind(&claim.scope)
+                    .bind(&claim.key)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            });
+            claimed.push(Claimed::Taken(row.map(key_record)));
+        }
+        Ok(claimed)
+    }
+
+    /// One statement for all the answers, its text the same for any number.
+    async fn complete_many(
+        &mut self,
+        answers: &[(&Claim, &StoredResponse)],
+    ) -> Result<(), StoreError> {
+        if answers.is_empty() {
+            return Ok(());
+        }
+        let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
+            answers.iter().map(|(claim, _)| f(claim)).collect()
+        };
+        let done = match &mut self.tx {
+            Either::Sqlite(tx) => {
+                let rows: Vec<Value> = answers
+                    .iter()
+                    .map(|(c, r)| json!([c.scope, c.key, c.claim_id, r.status, r.body]))
+                    .collect();
+                sqlx::query(SQLITE_COMPLETE_MANY)
+                    .bind(Value::Array(rows).to_string())
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
+            Either::Postgres(tx) => sqlx::query(POSTGRES_COMPLETE_MANY)
+                .bind(column(|c| &c.scope))
+                .bind(column(|c| &c.key))
+                .bind(column(|c| &c.claim_id))
+                .bind(
+                    answers
+                        .iter()
+                        .map(|(_, r)| i64::from(r.status))
+                        .collect::<Vec<i64>>(),
+                )
+                .bind(
+                    answers
+                        .iter()
+                        .map(|(_, r)| r.body.as_str())
+                        .collect::<Vec<&str>>(),
+                )
+                .execute(&mut **tx)
+                .await?
+                .rows_affected(),
+        };
+        if done == answers.len() as u64 {
+            Ok(())
+        } else {
+            Err(StoreError(sqlx::Error::RowNotFound))
+        }
     }
 
     async fn complete(
@@ -447,6 +574,49 @@ impl KeyTx for InboxTx {
         }
     }
 }
+
+/// [`KeyTx::claim`] of many keys: each database takes the claims as one parameter of its own
+/// kind (SQLite a JSON array of rows, PostgreSQL an array per column), so that the text is the
+/// same for any number of them and prepared once. The claims it took come back.
+const SQLITE_CLAIM_MANY: &str = "\
+    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, created_at) \
+    SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, 'in_progress', value ->> 4 \
+      FROM json_each($1) WHERE true \
+    ON CONFLICT (consumer, message_id) DO UPDATE \
+       SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
+           status = 'in_progress', response_status = NULL, response_body = NULL, \
+           created_at = excluded.created_at \
+     WHERE inbox.created_at < $2 \
+    RETURNING consumer, message_id";
+
+const POSTGRES_CLAIM_MANY: &str = "\
+    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, created_at) \
+    SELECT consumer, message_id, claim_id, request_hash, 'in_progress', created_at \
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+           AS claims (consumer, message_id, claim_id, request_hash, created_at) \
+    ON CONFLICT (consumer, message_id) DO UPDATE \
+       SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
+           status = 'in_progress', response_status = NULL, response_body = NULL, \
+           created_at = excluded.created_at \
+     WHERE inbox.created_at < $6 \
+    RETURNING consumer, message_id";
+
+/// [`KeyTx::complete`] of many keys, the answers passed as for the claims.
+const SQLITE_COMPLETE_MANY: &str = "\
+    UPDATE inbox SET status = 'done', response_status = answers.status, \
+                     response_body = answers.body \
+      FROM (SELECT value ->> 0 AS consumer, value ->> 1 AS message_id, value ->> 2 AS claim_id, \
+                   value ->> 3 AS status, value ->> 4 AS body FROM json_each($1)) AS answers \
+     WHERE inbox.consumer = answers.consumer AND inbox.message_id = answers.message_id \
+       AND inbox.claim_id = answers.claim_id";
+
+const POSTGRES_COMPLETE_MANY: &str = "\
+    UPDATE inbox SET status = 'done', response_status = answers.status, \
+                     response_body = answers.body \
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) \
+           AS answers (consumer, message_id, claim_id, status, body) \
+     WHERE inbox.consumer = answers.consumer AND inbox.message_id = answers.message_id \
+       AND inbox.claim_id = answers.claim_id";
 
 impl InboxTx {
     /// Writes the receipt: its id, or `None` when its payment or refund has one already.

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use crate::postgres::{free_port, run_after_tests_exit};
 
+/// Erlang's flags for schedulers that sleep when there is no work (RabbitMQ's advice for
+/// hosts shared with other busy processes).
+pub const IDLE_SCHEDULERS_SLEEP: &str = "+sbwt none +sbwtdcpu none +sbwtdio none";
+
 pub struct Broker {
     pub port: u16,
     dir: PathBuf,
@@ -127,6 +131,9 @@ impl Broker {
             .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
             .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq"))
             .env("RABBITMQ_PID_FILE", dir.join("pid"))
+            // The Erlang schedulers spin while idle by default: on two cores shared with the
+            // databases and the programs under test, that spinning is CPU taken from them.
+            .env("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS", IDLE_SCHEDULERS_SLEEP)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -1,0 +1,117 @@
+//! A batch of messages through the protocol in one transaction (`issue_receipts`, what the
+//! consumer runs for each batch of deliveries), on each database: new messages get their
+//! receipts; a copy inside the same batch and a message seen in an earlier batch change
+//! nothing and get the first answer; a second event of a payment that has its receipt is
+//! refused with that receipt's id; a message id reused with another body is told apart. The
+//! receipts and the inbox are then what the books say.
+
+use checkout_idempotency::{Outcome, Protocol};
+use checkout_receipts::consumer::{INBOX_TTL, issue_receipts};
+use checkout_receipts::receipt;
+use checkout_receipts::store::Store;
+use checkout_testkit::{Backend, TestDb};
+use serde_json::{Value, json};
+
+checkout_testkit::on_both_databases!(a_batch_absorbs_copies_and_redeliveries);
+
+fn payment(payment_id: &str, amount: i64) -> Value {
+    json!({"type": "payment.succeeded", "livemode": false, "timestamp": "2026-12-04T10:00:00.000Z",
+           "data": {"payment_id": payment_id, "order_id": format!("B-{payment_id}"),
+                    "amount": amount, "currency": "RUB", "status": "succeeded",
+                    "items": [{"name": "Чай", "quantity": 1, "unit_price": amount}],
+                    "description": null}})
+}
+
+/// Runs one batch of (message id, event); each message's outcome as (status, body) or the
+/// outcome's name.
+async fn batch(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -> Vec<String> {
+    let outcomes = issue_receipts(
+        store,
+        protocol,
+        "receipts",
+        messages
+            .iter()
+            .map(|(id, body)| (*id, body, receipt::from_event(id, body).unwrap()))
+            .collect(),
+    )
+    .await;
+    outcomes
+        .into_iter()
+        .map(|outcome| match outcome.expect("the batch's store works") {
+            Outcome::Executed { response, .. } => format!("executed {}", response.status),
+            Outcome::Replayed { response, .. } => format!("replayed {}", response.status),
+            Outcome::KeyReused { .. } => "key reused".to_owned(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = Store::open(&db.url).await.expect("the store opens");
+    let protocol = Protocol::new(INBOX_TTL);
+
+    // Two new messages and a copy of the first in the same batch.
+    let first = batch(
+        &store,
+        &protocol,
+        &[
+            ("evt_1", payment("pay_1", 1_000)),
+            ("evt_2", payment("pay_2", 2_000)),
+            ("evt_1", payment("pay_1", 1_000)),
+        ],
+    )
+    .await;
+    assert_eq!(first, ["executed 201", "executed 201", "replayed 201"]);
+
+    // A redelivery of evt_2, a new payment, and a second event of that same payment.
+    let second = batch(
+        &store,
+        &protocol,
+        &[
+            ("evt_2", payment("pay_2", 2_000)),
+            ("evt_3", payment("pay_3", 3_000)),
+            ("evt_3b", payment("pay_3", 3_000)),
+        ],
+    )
+    .await;
+    assert_eq!(second, ["replayed 201", "executed 201", "executed 409"]);
+
+    // evt_1 again with another body: not a copy.
+    let third = batch(&store, &protocol, &[("evt_1", payment("pay_1", 1_500))]).await;
+    assert_eq!(third, ["key reused"]);
+
+    let receipts = store.receipts(None, None, 100).await.unwrap();
+    let mut paid: Vec<(String, i64)> = receipts
+        .iter()
+        .map(|r| (r.payment_id.clone(), r.total))
+        .collect();
+    paid.sort();
+    assert_eq!(
+        paid,
+        [
+            ("pay_1".to_owned(), 1_000),
+            ("pay_2".to_owned(), 2_000),
+            ("pay_3".to_owned(), 3_000)
+        ],
+        "one receipt per payment, of its amount"
+    );
+    let totals = store.totals().await.unwrap();
+    assert_eq!((totals.income, totals.returns, totals.net), (3, 0, 6_000));
+    // Every message the batches took is done in the inbox, with its answer.
+    let inbox = TestDb::at(db.url.clone())
+        .texts(
+            "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
+               FROM inbox ORDER BY message_id",
+        )
+        .await;
+    assert_eq!(
+        inbox,
+        [
+            "evt_1 done 201",
+            "evt_2 done 201",
+            "evt_3 done 201",
+            "evt_3b done 409"
+        ]
+    );
+}
