@@ -152,22 +152,15 @@ async fn consume_once(
             finished.clone(),
         );
         tokio::spawn(async move {
-            let read: Vec<(String, serde_json::Value)> = batch
-                .iter()
-                .map(|delivery| {
-                    let id = delivery
-                        .properties
-                        .message_id()
-                        .as_ref()
-                        .unwrap()
-                        .to_string();
-                    (id, serde_json::from_slice(&delivery.data).unwrap())
-                })
-                .collect();
-            let receipts: Vec<receipt::NewReceipt> = read
-                .iter()
-                .map(|(id, body)| receipt::from_event(id, body).unwrap())
-                .collect();
+            let (read, receipts): (Vec<(String, serde_json::Value)>, Vec<receipt::NewReceipt>) =
+                batch
+                    .iter()
+                    .map(|delivery| {
+                        let id = consumer::message_id(delivery);
+                        let (body, receipt) = consumer::read(&id, &delivery.data).unwrap();
+                        ((id, body), receipt)
+                    })
+                    .unzip();
             if inbox {
                 let outcomes = consumer::issue_receipts(
                     &store,

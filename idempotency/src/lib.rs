@@ -377,12 +377,7 @@ impl Protocol {
     {
         let canonical_body = canonical_json(request.body);
         let fingerprint = Fingerprint::of_canonical(request.method, request.route, &canonical_body);
-        let asked = Asked {
-            fingerprint: &fingerprint,
-            method: request.method,
-            route: request.route,
-            body: request.body,
-        };
+        let asked = Asked::of(&request, &fingerprint);
         // A completed key is answered from a plain read where that is cheap: such replays take
         // no write at all. (Elsewhere the claim below finds it.)
         let live_after = now_ms().saturating_sub(self.ttl_ms());
@@ -429,15 +424,7 @@ impl Protocol {
             }
             let now_ms = now_ms();
             let work = KeyedWork {
-                claim: Claim {
-                    scope: request.scope.to_owned(),
-                    key: request.key.to_owned(),
-                    // Time-ordered: claims made together share index pages.
-                    claim_id: uuid::Uuid::now_v7().simple().to_string(),
-                    request_hash: fingerprint.as_str().to_owned(),
-                    request_body: canonical_body.clone(),
-                    now_ms,
-                },
+                claim: Claim::of(&request, &fingerprint, canonical_body.clone(), now_ms),
                 expired_before_ms: now_ms.saturating_sub(self.ttl_ms()),
                 operation: operation.clone(),
                 hooks: self.hooks.clone(),
@@ -501,7 +488,7 @@ impl Protocol {
             if store.reads_before_claim() {
                 match store.stored_key(request.scope, request.key).await {
                     Ok(Some(record)) if record.created_at_ms >= live_after => {
-                        let asked = asked(request, &fingerprint);
+                        let asked = Asked::of(request, &fingerprint);
                         outcomes[i] = Some(Ok(self.answer_from_storage(record, &asked)));
                         continue;
                     }
@@ -525,14 +512,7 @@ impl Protocol {
                 outcomes[i] = Some(Ok(Outcome::InUse));
                 continue;
             }
-            let claim = Claim {
-                scope: request.scope.to_owned(),
-                key: request.key.to_owned(),
-                claim_id: uuid::Uuid::now_v7().simple().to_string(),
-                request_hash: fingerprint.as_str().to_owned(),
-                request_body: canonical_body,
-                now_ms,
-            };
+            let claim = Claim::of(request, &fingerprint, canonical_body, now_ms);
             units.push((i, claim, operations[i].clone()));
         }
 
@@ -558,7 +538,7 @@ impl Protocol {
                                 }));
                             }
                             UnitStep::Taken(Some(record)) => {
-                                let asked = asked(&requests[i], &fingerprints[i]);
+                                let asked = Asked::of(&requests[i], &fingerprints[i]);
                                 outcomes[i] = Some(Ok(self.answer_from_storage(record, &asked)));
                             }
                             UnitStep::Taken(None) => alone.push(i),
@@ -700,6 +680,37 @@ struct Asked<'a> {
     body: &'a Value,
 }
 
+impl<'a> Asked<'a> {
+    fn of(request: &KeyedRequest<'a>, fingerprint: &'a Fingerprint) -> Asked<'a> {
+        Asked {
+            fingerprint,
+            method: request.method,
+            route: request.route,
+            body: request.body,
+        }
+    }
+}
+
+impl Claim {
+    /// This transaction's claim of `request`'s key, made at `now_ms`.
+    fn of(
+        request: &KeyedRequest<'_>,
+        fingerprint: &Fingerprint,
+        canonical_body: String,
+        now_ms: i64,
+    ) -> Claim {
+        Claim {
+            scope: request.scope.to_owned(),
+            key: request.key.to_owned(),
+            // Time-ordered: claims made together share index pages.
+            claim_id: uuid::Uuid::now_v7().simple().to_string(),
+            request_hash: fingerprint.as_str().to_owned(),
+            request_body: canonical_body,
+            now_ms,
+        }
+    }
+}
+
 /// A key's state, as [`Protocol::key_status`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyStatus {
@@ -772,15 +783,6 @@ where
         }
         // 5. …and all of it commits at once.
         Ok(Finish::Commit(Step::Committed(response)))
-    }
-}
-
-fn asked<'a>(request: &'a KeyedRequest<'_>, fingerprint: &'a Fingerprint) -> Asked<'a> {
-    Asked {
-        fingerprint,
-        method: request.method,
-        route: request.route,
-        body: request.body,
     }
 }
 

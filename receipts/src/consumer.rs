@@ -271,12 +271,7 @@ impl Handler {
             if delivery.redelivered {
                 metrics::counter!(REDELIVERED_METRIC).increment(1);
             }
-            let message_id = delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|id| id.to_string())
-                .unwrap_or_default();
+            let message_id = message_id(&delivery);
             match read(&message_id, &delivery.data) {
                 Ok((body, receipt)) => readable.push((delivery, message_id, body, receipt)),
                 Err(reason) => settled.push((delivery, message_id, Handled::Refused(reason))),
@@ -397,8 +392,18 @@ enum Handled {
     Later,
 }
 
+/// The message's id (the checkout's event id), or empty when it has none.
+pub fn message_id(delivery: &Delivery) -> String {
+    delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|id| id.to_string())
+        .unwrap_or_default()
+}
+
 /// The event a message carries, and the receipt it asks for; or why it cannot be one.
-fn read(message_id: &str, data: &[u8]) -> Result<(Value, NewReceipt), String> {
+pub fn read(message_id: &str, data: &[u8]) -> Result<(Value, NewReceipt), String> {
     if message_id.is_empty() {
         return Err("the message has no message_id".into());
     }

@@ -222,31 +222,17 @@ impl Store {
         receipts: &[NewReceipt],
         now_ms: i64,
     ) -> Result<usize, StoreError> {
+        let mut tx = begin(&self.pool).await?;
         let mut written = 0;
-        match &self.pool {
-            Either::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                for receipt in receipts {
-                    let inserted: Option<(String,)> =
-                        insert_receipt!(receipt, lines_json(receipt), now_ms)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    written += usize::from(inserted.is_some());
-                }
-                tx.commit().await?;
-            }
-            Either::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                for receipt in receipts {
-                    let inserted: Option<(String,)> =
-                        insert_receipt!(receipt, lines_json(receipt), now_ms)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    written += usize::from(inserted.is_some());
-                }
-                tx.commit().await?;
-            }
+        for receipt in receipts {
+            let inserted: Option<(String,)> = on_either!(&mut tx, tx => {
+                insert_receipt!(receipt, lines_json(receipt), now_ms)
+                    .fetch_optional(&mut **tx)
+                    .await?
+            });
+            written += usize::from(inserted.is_some());
         }
+        end(tx, true).await?;
         Ok(written)
     }
 }
@@ -323,15 +309,37 @@ fn lines_json(receipt: &NewReceipt) -> String {
 
 // -- the inbox: the idempotency protocol's keys, beside the receipts ----------------------------
 
-/// The receipts' database as [`KeyStore`]: one transaction per message (SQLite's begun
-/// `IMMEDIATE`, so that a claim never deadlocks with the other consumer's).
+/// The receipts' database as [`KeyStore`]: one transaction per batch of messages, or per
+/// message when one runs alone ([`begin`]).
 pub struct Inbox {
     pool: Either<SqlitePool, PgPool>,
 }
 
-/// One message's transaction: the claim, the receipt, the stored outcome.
+/// One batch's transaction: the claims, the receipts, the stored outcomes.
 pub struct InboxTx {
-    tx: Either<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>,
+    tx: WriteTx,
+}
+
+type WriteTx = Either<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>;
+
+/// A write transaction (SQLite's begun `IMMEDIATE`, so that it never deadlocks with another
+/// process's).
+async fn begin(pool: &Either<SqlitePool, PgPool>) -> Result<WriteTx, StoreError> {
+    Ok(match pool {
+        Either::Sqlite(pool) => Either::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+        Either::Postgres(pool) => Either::Postgres(pool.begin().await?),
+    })
+}
+
+/// Commits `tx`, or rolls it back.
+async fn end(tx: WriteTx, commit: bool) -> Result<(), StoreError> {
+    match (commit, tx) {
+        (true, Either::Sqlite(tx)) => tx.commit().await?,
+        (true, Either::Postgres(tx)) => tx.commit().await?,
+        (false, Either::Sqlite(tx)) => tx.rollback().await?,
+        (false, Either::Postgres(tx)) => tx.rollback().await?,
+    }
+    Ok(())
 }
 
 type KeyRow = (String, String, Option<i64>, Option<String>, i64);
@@ -373,26 +381,11 @@ impl KeyStore for Inbox {
     where
         W: Work<InboxTx>,
     {
-        let tx = match &self.pool {
-            Either::Sqlite(pool) => Either::Sqlite(
-                pool.begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(StoreError::from)?,
-            ),
-            Either::Postgres(pool) => {
-                Either::Postgres(pool.begin().await.map_err(StoreError::from)?)
-            }
+        let mut tx = InboxTx {
+            tx: begin(&self.pool).await?,
         };
-        let mut tx = InboxTx { tx };
         let finished = work.run(&mut tx).await;
-        let commit = matches!(finished, Ok(Finish::Commit(_)));
-        let ended = match (commit, tx.tx) {
-            (true, Either::Sqlite(tx)) => tx.commit().await,
-            (true, Either::Postgres(tx)) => tx.commit().await,
-            (false, Either::Sqlite(tx)) => tx.rollback().await,
-            (false, Either::Postgres(tx)) => tx.rollback().await,
-        };
-        ended.map_err(StoreError::from)?;
+        end(tx.tx, matches!(finished, Ok(Finish::Commit(_)))).await?;
         match finished? {
             Finish::Commit(output) | Finish::Rollback(output) => Ok(output),
         }
@@ -433,14 +426,7 @@ impl KeyTx for InboxTx {
         if claimed.is_some() {
             return Ok(Claimed::Ours);
         }
-        let row: Option<KeyRow> = on_either!(&mut self.tx, tx => {
-            sqlx::query_as(STORED_KEY)
-                .bind(&claim.scope)
-                .bind(&claim.key)
-                .fetch_optional(&mut **tx)
-                .await?
-        });
-        Ok(Claimed::Taken(row.map(key_record)))
+        Ok(Claimed::Taken(self.held(claim).await?))
     }
 
     /// One statement for all the claims (a round trip each would cost PostgreSQL more than the
@@ -486,14 +472,7 @@ impl KeyTx for InboxTx {
                 claimed.push(Claimed::Ours);
                 continue;
             }
-            let row: Option<KeyRow> = on_either!(&mut self.tx, tx => {
-                sqlx::query_as(STORED_KEY)
-                    .bind(&claim.scope)
-                    .bind(&claim.key)
-                    .fetch_optional(&mut **tx)
-                    .await?
-            });
-            claimed.push(Claimed::Taken(row.map(key_record)));
+            claimed.push(Claimed::Taken(self.held(claim).await?));
         }
         Ok(claimed)
     }
@@ -619,6 +598,18 @@ const POSTGRES_COMPLETE_MANY: &str = "\
        AND inbox.claim_id = answers.claim_id";
 
 impl InboxTx {
+    /// The committed record of the key a claim did not take.
+    async fn held(&mut self, claim: &Claim) -> Result<Option<KeyRecord>, StoreError> {
+        let row: Option<KeyRow> = on_either!(&mut self.tx, tx => {
+            sqlx::query_as(STORED_KEY)
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .fetch_optional(&mut **tx)
+                .await?
+        });
+        Ok(row.map(key_record))
+    }
+
     /// Writes the receipt: its id, or `None` when its payment or refund has one already.
     pub async fn issue(
         &mut self,
