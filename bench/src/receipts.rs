@@ -5,7 +5,7 @@
 //! RabbitMQ node, then consumed the consumer's way (its default prefetch, batches of what is here, a few
 //! written at once, ack after the commit), once through the inbox (`issue_receipts`: claim the
 //! message ids, write the receipts, store the outcomes, commit) and once writing the same
-//! receipts alone in one transaction, alternately, three times each, on SQLite and on
+//! receipts alone in one transaction, alternately, five times each, on SQLite and on
 //! PostgreSQL. Lag: the checkout (publishing to the broker) and
 //! the real `receipts` binary under the bench's load; from each payment's time (taken in its
 //! transaction, just before its commit) to its receipt's commit.

@@ -212,8 +212,11 @@ pub trait KeyTx: Send {
         response: &StoredResponse,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
-    /// [`KeyTx::claim`] of every claim, what each found in their order. A store where a
-    /// statement costs a round trip claims them all in one.
+    /// [`KeyTx::claim`] of every claim, what each found in their order: a key found
+    /// [`Claimed::Ours`] is this transaction's until it ends. A store where a statement costs
+    /// a round trip claims them all in one; a store whose transaction already keeps every
+    /// other writer out (SQLite's `IMMEDIATE`) may claim by reading alone, and write each key
+    /// once, with its answer, in [`KeyTx::complete_many`] (the two go together).
     fn claim_many(
         &mut self,
         claims: &[Claim],
@@ -228,8 +231,9 @@ pub trait KeyTx: Send {
         }
     }
 
-    /// [`KeyTx::complete`] of every claimed key with its answer; fails unless each claimed row
-    /// was updated. A store where a statement costs a round trip stores them all in one.
+    /// [`KeyTx::complete`] of every claimed key with its answer; fails unless each key now
+    /// holds its answer under its own claim. A store where a statement costs a round trip
+    /// stores them all in one.
     fn complete_many(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],

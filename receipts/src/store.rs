@@ -3,7 +3,7 @@
 //! runs on either (`$n` parameters, `ON CONFLICT`, partial indexes), and [`on_either!`] hands
 //! it to whichever driver holds the connection.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -117,13 +117,8 @@ impl Store {
     /// Opens (and migrates) `sqlite://FILE` (created if missing) or `postgres://…`.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            // A plan for each execution, never one kept from the first few: the inbox's batch
-            // statements join arrays of keys to a table that starts empty, and a plan kept from
-            // then (scan it all) scanned the whole inbox for every batch once it had grown.
-            let options = PgConnectOptions::from_str(url)?.options([
-                ("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis())),
-                ("plan_cache_mode", "force_custom_plan".to_owned()),
-            ]);
+            let options = PgConnectOptions::from_str(url)?
+                .options([("lock_timeout", format!("{}ms", LOCK_TIMEOUT.as_millis()))]);
             let pool = PgPoolOptions::new()
                 .max_connections(16)
                 .acquire_timeout(Duration::from_secs(10))
@@ -343,6 +338,16 @@ async fn end(tx: WriteTx, commit: bool) -> Result<(), StoreError> {
 }
 
 type KeyRow = (String, String, Option<i64>, Option<String>, i64);
+/// A key's scope and key, then its [`KeyRow`].
+type HeldRow = (
+    String,
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<String>,
+    i64,
+);
 
 fn key_record(
     (request_hash, status, response_status, response_body, created_at): KeyRow,
@@ -429,9 +434,14 @@ impl KeyTx for InboxTx {
         Ok(Claimed::Taken(self.held(claim).await?))
     }
 
-    /// One statement for all the claims (a round trip each would cost PostgreSQL more than the
-    /// receipts themselves), its text the same for any number; the keys it did not take are
-    /// then read one by one (redeliveries: rare).
+    /// [`KeyTx::claim`] of every claim, in one statement whatever their number.
+    ///
+    /// SQLite: this transaction took the database's one write lock as it began (`IMMEDIATE`),
+    /// so no other can write a key before it ends, and a key no live row holds is this
+    /// transaction's already. The claim is then a read, and [`KeyTx::complete_many`] writes
+    /// each key once, with its answer: one row written per message instead of a claim and its
+    /// update. PostgreSQL has no such lock: each key is claimed by inserting its row, whose
+    /// index entry makes another consumer's claim of it wait for this transaction.
     async fn claim_many(
         &mut self,
         claims: &[Claim],
@@ -440,21 +450,12 @@ impl KeyTx for InboxTx {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        let column = |f: fn(&Claim) -> &str| -> Vec<&str> { claims.iter().map(f).collect() };
-        let taken: Vec<(String, String)> = match &mut self.tx {
-            Either::Sqlite(tx) => {
-                let rows: Vec<Value> = claims
-                    .iter()
-                    .map(|c| json!([c.scope, c.key, c.claim_id, c.request_hash, c.now_ms]))
-                    .collect();
-                sqlx::query_as(SQLITE_CLAIM_MANY)
-                    .bind(Value::Array(rows).to_string())
-                    .bind(expired_before_ms)
-                    .fetch_all(&mut **tx)
-                    .await?
-            }
+        match &mut self.tx {
+            Either::Sqlite(tx) => sqlite_claim_many(tx, claims, expired_before_ms).await,
             Either::Postgres(tx) => {
-                sqlx::query_as(POSTGRES_CLAIM_MANY)
+                let column =
+                    |f: fn(&Claim) -> &str| -> Vec<&str> { claims.iter().map(f).collect() };
+                let taken: Vec<(String, String)> = sqlx::query_as(POSTGRES_CLAIM_MANY)
                     .bind(column(|c| &c.scope))
                     .bind(column(|c| &c.key))
                     .bind(column(|c| &c.claim_id))
@@ -462,22 +463,26 @@ impl KeyTx for InboxTx {
                     .bind(claims.iter().map(|c| c.now_ms).collect::<Vec<i64>>())
                     .bind(expired_before_ms)
                     .fetch_all(&mut **tx)
-                    .await?
+                    .await?;
+                // The keys it did not take are read one by one (redeliveries: rare).
+                let ours: HashSet<(String, String)> = taken.into_iter().collect();
+                let mut claimed = Vec::with_capacity(claims.len());
+                for claim in claims {
+                    if ours.contains(&(claim.scope.clone(), claim.key.clone())) {
+                        claimed.push(Claimed::Ours);
+                    } else {
+                        claimed.push(Claimed::Taken(self.held(claim).await?));
+                    }
+                }
+                Ok(claimed)
             }
-        };
-        let ours: HashSet<(String, String)> = taken.into_iter().collect();
-        let mut claimed = Vec::with_capacity(claims.len());
-        for claim in claims {
-            if ours.contains(&(claim.scope.clone(), claim.key.clone())) {
-                claimed.push(Claimed::Ours);
-                continue;
-            }
-            claimed.push(Claimed::Taken(self.held(claim).await?));
         }
-        Ok(claimed)
     }
 
-    /// One statement for all the answers, its text the same for any number.
+    /// [`KeyTx::complete`] of every claimed key, in one statement whatever their number: the
+    /// key's row as it stays, written over the claim's (PostgreSQL, found by its key in the
+    /// primary key's index: no plan to choose, however small the inbox was when the statement
+    /// was first planned) or written now (SQLite, see `claim_many`).
     async fn complete_many(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
@@ -485,14 +490,21 @@ impl KeyTx for InboxTx {
         if answers.is_empty() {
             return Ok(());
         }
-        let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
-            answers.iter().map(|(claim, _)| f(claim)).collect()
-        };
         let done = match &mut self.tx {
             Either::Sqlite(tx) => {
                 let rows: Vec<Value> = answers
                     .iter()
-                    .map(|(c, r)| json!([c.scope, c.key, c.claim_id, r.status, r.body]))
+                    .map(|(c, r)| {
+                        json!([
+                            c.scope,
+                            c.key,
+                            c.claim_id,
+                            c.request_hash,
+                            r.status,
+                            r.body,
+                            c.now_ms
+                        ])
+                    })
                     .collect();
                 sqlx::query(SQLITE_COMPLETE_MANY)
                     .bind(Value::Array(rows).to_string())
@@ -500,25 +512,32 @@ impl KeyTx for InboxTx {
                     .await?
                     .rows_affected()
             }
-            Either::Postgres(tx) => sqlx::query(POSTGRES_COMPLETE_MANY)
-                .bind(column(|c| &c.scope))
-                .bind(column(|c| &c.key))
-                .bind(column(|c| &c.claim_id))
-                .bind(
-                    answers
-                        .iter()
-                        .map(|(_, r)| i64::from(r.status))
-                        .collect::<Vec<i64>>(),
-                )
-                .bind(
-                    answers
-                        .iter()
-                        .map(|(_, r)| r.body.as_str())
-                        .collect::<Vec<&str>>(),
-                )
-                .execute(&mut **tx)
-                .await?
-                .rows_affected(),
+            Either::Postgres(tx) => {
+                let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
+                    answers.iter().map(|(claim, _)| f(claim)).collect()
+                };
+                sqlx::query(POSTGRES_COMPLETE_MANY)
+                    .bind(column(|c| &c.scope))
+                    .bind(column(|c| &c.key))
+                    .bind(column(|c| &c.claim_id))
+                    .bind(column(|c| &c.request_hash))
+                    .bind(answers.iter().map(|(c, _)| c.now_ms).collect::<Vec<i64>>())
+                    .bind(
+                        answers
+                            .iter()
+                            .map(|(_, r)| i64::from(r.status))
+                            .collect::<Vec<i64>>(),
+                    )
+                    .bind(
+                        answers
+                            .iter()
+                            .map(|(_, r)| r.body.as_str())
+                            .collect::<Vec<&str>>(),
+                    )
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
         };
         if done == answers.len() as u64 {
             Ok(())
@@ -554,20 +573,63 @@ impl KeyTx for InboxTx {
     }
 }
 
-/// [`KeyTx::claim`] of many keys: each database takes the claims as one parameter of its own
-/// kind (SQLite a JSON array of rows, PostgreSQL an array per column), so that the text is the
-/// same for any number of them and prepared once. The claims it took come back.
-const SQLITE_CLAIM_MANY: &str = "\
-    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, created_at) \
-    SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, 'in_progress', value ->> 4 \
-      FROM json_each($1) WHERE true \
-    ON CONFLICT (consumer, message_id) DO UPDATE \
-       SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
-           status = 'in_progress', response_status = NULL, response_body = NULL, \
-           created_at = excluded.created_at \
-     WHERE inbox.created_at < $2 \
-    RETURNING consumer, message_id";
+/// SQLite's claim of a batch (see [`KeyTx::claim_many`] of [`InboxTx`]): which keys rows hold,
+/// in one read; a key held past `expired_before_ms` (months: rare) has its row deleted and is
+/// taken over.
+async fn sqlite_claim_many(
+    tx: &mut sqlx::Transaction<'static, Sqlite>,
+    claims: &[Claim],
+    expired_before_ms: i64,
+) -> Result<Vec<Claimed>, StoreError> {
+    let keys: Vec<Value> = claims.iter().map(|c| json!([c.scope, c.key])).collect();
+    let rows: Vec<HeldRow> = sqlx::query_as(SQLITE_HELD_MANY)
+        .bind(Value::Array(keys).to_string())
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut held: HashMap<(String, String), KeyRow> = rows
+        .into_iter()
+        .map(
+            |(scope, key, hash, status, response_status, body, created_at)| {
+                (
+                    (scope, key),
+                    (hash, status, response_status, body, created_at),
+                )
+            },
+        )
+        .collect();
+    let mut claimed = Vec::with_capacity(claims.len());
+    for claim in claims {
+        match held.remove(&(claim.scope.clone(), claim.key.clone())) {
+            None => claimed.push(Claimed::Ours),
+            Some(row) if row.4 >= expired_before_ms => {
+                claimed.push(Claimed::Taken(Some(key_record(row))));
+            }
+            Some(_) => {
+                sqlx::query("DELETE FROM inbox WHERE consumer = $1 AND message_id = $2")
+                    .bind(&claim.scope)
+                    .bind(&claim.key)
+                    .execute(&mut **tx)
+                    .await?;
+                claimed.push(Claimed::Ours);
+            }
+        }
+    }
+    Ok(claimed)
+}
 
+/// The batch statements take their rows as one parameter of each database's own kind (SQLite
+/// a JSON array of rows, PostgreSQL an array per column), so that the text is the same for any
+/// number of them and prepared once.
+///
+/// SQLite: the rows that hold any of the keys.
+const SQLITE_HELD_MANY: &str = "\
+    SELECT inbox.consumer, inbox.message_id, request_hash, status, response_status, \
+           response_body, created_at \
+      FROM json_each($1) AS keys \
+      JOIN inbox ON inbox.consumer = keys.value ->> 0 AND inbox.message_id = keys.value ->> 1";
+
+/// PostgreSQL: each new key's row inserted (or an expired one's taken over); the keys it took
+/// come back.
 const POSTGRES_CLAIM_MANY: &str = "\
     INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, created_at) \
     SELECT consumer, message_id, claim_id, request_hash, 'in_progress', created_at \
@@ -580,22 +642,28 @@ const POSTGRES_CLAIM_MANY: &str = "\
      WHERE inbox.created_at < $6 \
     RETURNING consumer, message_id";
 
-/// [`KeyTx::complete`] of many keys, the answers passed as for the claims.
+/// SQLite: each key's one row, with its answer.
 const SQLITE_COMPLETE_MANY: &str = "\
-    UPDATE inbox SET status = 'done', response_status = answers.status, \
-                     response_body = answers.body \
-      FROM (SELECT value ->> 0 AS consumer, value ->> 1 AS message_id, value ->> 2 AS claim_id, \
-                   value ->> 3 AS status, value ->> 4 AS body FROM json_each($1)) AS answers \
-     WHERE inbox.consumer = answers.consumer AND inbox.message_id = answers.message_id \
-       AND inbox.claim_id = answers.claim_id";
+    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, response_status, \
+                       response_body, created_at) \
+    SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, 'done', value ->> 4, \
+           value ->> 5, value ->> 6 \
+      FROM json_each($1)";
 
+/// PostgreSQL: the answer written over each claim's row, only while the row is still that
+/// claim's. (A claimed row cannot be missing: its insert locked it until this transaction
+/// ends. Were it, the row would be inserted as it stays.)
 const POSTGRES_COMPLETE_MANY: &str = "\
-    UPDATE inbox SET status = 'done', response_status = answers.status, \
-                     response_body = answers.body \
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) \
-           AS answers (consumer, message_id, claim_id, status, body) \
-     WHERE inbox.consumer = answers.consumer AND inbox.message_id = answers.message_id \
-       AND inbox.claim_id = answers.claim_id";
+    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, response_status, \
+                       response_body, created_at) \
+    SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, created_at \
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], \
+                  $7::text[]) \
+           AS answers (consumer, message_id, claim_id, request_hash, created_at, status, body) \
+    ON CONFLICT (consumer, message_id) DO UPDATE \
+       SET status = 'done', response_status = excluded.response_status, \
+           response_body = excluded.response_body \
+     WHERE inbox.claim_id = excluded.claim_id";
 
 impl InboxTx {
     /// The committed record of the key a claim did not take.

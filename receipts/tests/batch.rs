@@ -2,8 +2,9 @@
 //! consumer runs for each batch of deliveries), on each database: new messages get their
 //! receipts; a copy inside the same batch and a message seen in an earlier batch change
 //! nothing and get the first answer; a second event of a payment that has its receipt is
-//! refused with that receipt's id; a message id reused with another body is told apart. The
-//! receipts and the inbox are then what the books say.
+//! refused with that receipt's id; a message id reused with another body is told apart; a
+//! message whose inbox row has expired runs afresh, and its payment's receipt still refuses a
+//! second one. The receipts and the inbox are then what the books say.
 
 use checkout_idempotency::{Outcome, Protocol};
 use checkout_receipts::consumer::{INBOX_TTL, issue_receipts};
@@ -81,6 +82,30 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
     let third = batch(&store, &protocol, &[("evt_1", payment("pay_1", 1_500))]).await;
     assert_eq!(third, ["key reused"]);
 
+    // evt_2's row expired (older than the inbox's TTL), then evt_2 again beside a new message:
+    // the key is taken over and runs afresh, and the receipts' own index refuses pay_2 a second
+    // receipt. One row for evt_2 still, fresh, with that refusal.
+    let raw = TestDb::at(db.url.clone());
+    raw.execute("UPDATE inbox SET created_at = 0 WHERE message_id = 'evt_2'")
+        .await;
+    let fourth = batch(
+        &store,
+        &protocol,
+        &[
+            ("evt_2", payment("pay_2", 2_000)),
+            ("evt_4", payment("pay_4", 4_000)),
+        ],
+    )
+    .await;
+    assert_eq!(fourth, ["executed 409", "executed 201"]);
+    let evt_2 = raw
+        .texts(
+            "SELECT CASE WHEN created_at > 0 THEN 'fresh' ELSE 'expired' END \
+               FROM inbox WHERE message_id = 'evt_2'",
+        )
+        .await;
+    assert_eq!(evt_2, ["fresh"], "one row for the message, taken over");
+
     let receipts = store.receipts(None, None, 100).await.unwrap();
     let mut paid: Vec<(String, i64)> = receipts
         .iter()
@@ -92,14 +117,15 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
         [
             ("pay_1".to_owned(), 1_000),
             ("pay_2".to_owned(), 2_000),
-            ("pay_3".to_owned(), 3_000)
+            ("pay_3".to_owned(), 3_000),
+            ("pay_4".to_owned(), 4_000)
         ],
         "one receipt per payment, of its amount"
     );
     let totals = store.totals().await.unwrap();
-    assert_eq!((totals.income, totals.returns, totals.net), (3, 0, 6_000));
+    assert_eq!((totals.income, totals.returns, totals.net), (4, 0, 10_000));
     // Every message the batches took is done in the inbox, with its answer.
-    let inbox = TestDb::at(db.url.clone())
+    let inbox = raw
         .texts(
             "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
                FROM inbox ORDER BY message_id",
@@ -109,9 +135,10 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
         inbox,
         [
             "evt_1 done 201",
-            "evt_2 done 201",
+            "evt_2 done 409",
             "evt_3 done 201",
-            "evt_3b done 409"
+            "evt_3b done 409",
+            "evt_4 done 201"
         ]
     );
 }
