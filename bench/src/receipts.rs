@@ -5,7 +5,7 @@
 //! RabbitMQ node, then consumed the consumer's way (its default prefetch, batches of what is here, a few
 //! written at once, ack after the commit), once through the inbox (`issue_receipts`: claim the
 //! message ids, write the receipts, store the outcomes, commit) and once writing the same
-//! receipts alone in one transaction, alternately, five times each, on SQLite and on
+//! receipts alone in one transaction, alternately, seven times each, on SQLite and on
 //! PostgreSQL. Lag: the checkout (publishing to the broker) and
 //! the real `receipts` binary under the bench's load; from each payment's time (taken in its
 //! transaction, just before its commit) to its receipt's commit.
@@ -33,7 +33,7 @@ use serde_json::json;
 const PREFETCH: u16 = consumer::DEFAULT_PREFETCH;
 /// Runs of each, alternately: the machine is shared, and the best of several is what the
 /// consumer can do.
-const RUNS: usize = 5;
+const RUNS: usize = 7;
 
 pub struct Throughput {
     pub database: &'static str,
