@@ -4,16 +4,23 @@
 //! nothing and get the first answer; a second event of a payment that has its receipt is
 //! refused with that receipt's id; a message id reused with another body is told apart; a
 //! message whose inbox row has expired runs afresh, and its payment's receipt still refuses a
-//! second one. The receipts and the inbox are then what the books say.
+//! second one. The receipts and the inbox are then what the books say. A batch whose
+//! transaction fails commits nothing of itself, and each of its messages then runs alone.
 
-use checkout_idempotency::{Outcome, Protocol};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use checkout_idempotency::{Aborted, HookFuture, Hooks, Outcome, Protocol};
 use checkout_receipts::consumer::{INBOX_TTL, issue_receipts};
 use checkout_receipts::receipt;
 use checkout_receipts::store::Store;
 use checkout_testkit::{Backend, TestDb};
 use serde_json::{Value, json};
 
-checkout_testkit::on_both_databases!(a_batch_absorbs_copies_and_redeliveries);
+checkout_testkit::on_both_databases!(
+    a_batch_absorbs_copies_and_redeliveries,
+    a_failed_batch_commits_nothing_and_each_message_runs_alone
+);
 
 fn payment(payment_id: &str, amount: i64) -> Value {
     json!({"type": "payment.succeeded", "livemode": false, "timestamp": "2026-12-04T10:00:00.000Z",
@@ -141,4 +148,75 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
             "evt_4 done 201"
         ]
     );
+}
+
+/// Aborts the first transaction that reaches its commit (the batch's), lets every later one
+/// commit, and counts them.
+#[derive(Default)]
+struct AbortFirstCommit {
+    commits: AtomicUsize,
+}
+
+impl Hooks for AbortFirstCommit {
+    fn before_commit(&self, _scope: &str, _key: &str) -> HookFuture {
+        let first = self.commits.fetch_add(1, Ordering::SeqCst) == 0;
+        Box::pin(std::future::ready(if first {
+            Err(Aborted)
+        } else {
+            Ok(())
+        }))
+    }
+}
+
+async fn a_failed_batch_commits_nothing_and_each_message_runs_alone(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let store = Store::open(&db.url).await.expect("the store opens");
+    let hooks = Arc::new(AbortFirstCommit::default());
+    let protocol = Protocol::new(INBOX_TTL).with_hooks(hooks.clone());
+
+    let outcomes = batch(
+        &store,
+        &protocol,
+        &[
+            ("evt_1", payment("pay_1", 1_000)),
+            ("evt_2", payment("pay_2", 2_000)),
+            ("evt_3", payment("pay_3", 3_000)),
+        ],
+    )
+    .await;
+    assert_eq!(outcomes, ["executed 201", "executed 201", "executed 201"]);
+    // The batch's transaction reached its commit once and was aborted there; then each
+    // message committed alone.
+    assert_eq!(hooks.commits.load(Ordering::SeqCst), 1 + 3);
+
+    let totals = store.totals().await.unwrap();
+    assert_eq!(
+        (totals.income, totals.returns, totals.net),
+        (3, 0, 6_000),
+        "one receipt per payment: nothing of the aborted batch stayed"
+    );
+    let inbox = TestDb::at(db.url.clone())
+        .texts(
+            "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
+               FROM inbox ORDER BY message_id",
+        )
+        .await;
+    assert_eq!(
+        inbox,
+        ["evt_1 done 201", "evt_2 done 201", "evt_3 done 201"]
+    );
+
+    // The same messages again, in one batch: every one a replay, nothing written.
+    let again = batch(
+        &store,
+        &protocol,
+        &[
+            ("evt_1", payment("pay_1", 1_000)),
+            ("evt_2", payment("pay_2", 2_000)),
+            ("evt_3", payment("pay_3", 3_000)),
+        ],
+    )
+    .await;
+    assert_eq!(again, ["replayed 201", "replayed 201", "replayed 201"]);
+    assert_eq!(store.totals().await.unwrap().income, 3);
 }
