@@ -434,7 +434,8 @@ impl KeyTx for InboxTx {
         Ok(Claimed::Taken(self.held(claim).await?))
     }
 
-    /// [`KeyTx::claim`] of every claim, in one statement whatever their number.
+    /// [`KeyTx::claim`] of every claim, in one statement whatever their number (and, on
+    /// SQLite, one more for each key it takes over from an expired row).
     ///
     /// SQLite: this transaction took the database's one write lock as it began (`IMMEDIATE`),
     /// so no other can write a key before it ends, and a key no live row holds is this
@@ -601,7 +602,7 @@ async fn sqlite_claim_many(
     for claim in claims {
         match held.remove(&(claim.scope.clone(), claim.key.clone())) {
             None => claimed.push(Claimed::Ours),
-            Some(row) if row.4 >= expired_before_ms => {
+            Some(row @ (.., created_at)) if created_at >= expired_before_ms => {
                 claimed.push(Claimed::Taken(Some(key_record(row))));
             }
             Some(_) => {

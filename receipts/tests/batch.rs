@@ -54,6 +54,15 @@ async fn batch(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -
         .collect()
 }
 
+/// Each inbox row as "message status response_status", by message id.
+async fn inbox(db: &TestDb) -> Vec<String> {
+    db.texts(
+        "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
+           FROM inbox ORDER BY message_id",
+    )
+    .await
+}
+
 async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
     let db = TestDb::new(backend).await;
     let store = Store::open(&db.url).await.expect("the store opens");
@@ -132,12 +141,7 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
     let totals = store.totals().await.unwrap();
     assert_eq!((totals.income, totals.returns, totals.net), (4, 0, 10_000));
     // Every message the batches took is done in the inbox, with its answer.
-    let inbox = raw
-        .texts(
-            "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
-               FROM inbox ORDER BY message_id",
-        )
-        .await;
+    let inbox = inbox(&raw).await;
     assert_eq!(
         inbox,
         [
@@ -174,16 +178,12 @@ async fn a_failed_batch_commits_nothing_and_each_message_runs_alone(backend: Bac
     let hooks = Arc::new(AbortFirstCommit::default());
     let protocol = Protocol::new(INBOX_TTL).with_hooks(hooks.clone());
 
-    let outcomes = batch(
-        &store,
-        &protocol,
-        &[
-            ("evt_1", payment("pay_1", 1_000)),
-            ("evt_2", payment("pay_2", 2_000)),
-            ("evt_3", payment("pay_3", 3_000)),
-        ],
-    )
-    .await;
+    let messages = [
+        ("evt_1", payment("pay_1", 1_000)),
+        ("evt_2", payment("pay_2", 2_000)),
+        ("evt_3", payment("pay_3", 3_000)),
+    ];
+    let outcomes = batch(&store, &protocol, &messages).await;
     assert_eq!(outcomes, ["executed 201", "executed 201", "executed 201"]);
     // The batch's transaction reached its commit once and was aborted there; then each
     // message committed alone.
@@ -195,28 +195,14 @@ async fn a_failed_batch_commits_nothing_and_each_message_runs_alone(backend: Bac
         (3, 0, 6_000),
         "one receipt per payment: nothing of the aborted batch stayed"
     );
-    let inbox = TestDb::at(db.url.clone())
-        .texts(
-            "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
-               FROM inbox ORDER BY message_id",
-        )
-        .await;
+    let inbox = inbox(&TestDb::at(db.url.clone())).await;
     assert_eq!(
         inbox,
         ["evt_1 done 201", "evt_2 done 201", "evt_3 done 201"]
     );
 
     // The same messages again, in one batch: every one a replay, nothing written.
-    let again = batch(
-        &store,
-        &protocol,
-        &[
-            ("evt_1", payment("pay_1", 1_000)),
-            ("evt_2", payment("pay_2", 2_000)),
-            ("evt_3", payment("pay_3", 3_000)),
-        ],
-    )
-    .await;
+    let again = batch(&store, &protocol, &messages).await;
     assert_eq!(again, ["replayed 201", "replayed 201", "replayed 201"]);
     assert_eq!(store.totals().await.unwrap().income, 3);
 }
