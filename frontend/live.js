@@ -1,6 +1,6 @@
 // A live shopper's «Войти» and «Выйти», on the checkout's own origin, loaded by the payment page
 // only when its session is paid with live money. The e-mail and password go to this origin's
-// API only; the sign-in (a token that expires) is kept in this tab's sessionStorage, where the
+// API only; a new account is made when the code mailed to its address is entered; the sign-in (a token that expires) is kept in this tab's sessionStorage, where the
 // widget finds it when the page starts again; «Выйти» revokes it on the server and forgets it.
 (function start() {
   "use strict";
@@ -45,25 +45,25 @@
   // What a refusal means to the shopper, by its stable code (never the server's English).
   const REFUSALS = {
     invalid_credentials: "Неверная почта или пароль.",
-    email_taken: "На эту почту уже есть счёт: войдите.",
+    email_unconfirmed: "Почта не подтверждена: нажмите «Создать счёт», и мы пришлём код.",
+    invalid_code: "Код неверный или устарел. Нажмите «Создать счёт» ещё раз за новым кодом.",
+    mail_unavailable: "Не удалось отправить письмо: попробуйте ещё раз.",
     too_many_requests: "Слишком много попыток: подождите минуту.",
     invalid_request: "Проверьте почту; пароль — не меньше 8 знаков.",
   };
+  const confirm = document.getElementById("confirm");
   let busy = false;
-  async function go(newAccount) {
+  // Posts `body` to `path`; a token signs the tab in (the page starts again), a `202` (the code
+  // went out) shows the code's form; anything else is said in `shown`.
+  async function post(path, body, shown) {
     if (busy) return;
-    if (!form.reportValidity()) return;
     busy = true;
-    error.textContent = "";
-    const body = JSON.stringify({
-      email: form.elements.email.value,
-      password: form.elements.password.value,
-    });
+    shown.textContent = "";
     try {
-      const answer = await fetch(newAccount ? "/api/shoppers" : "/api/shoppers/sign-in", {
+      const answer = await fetch(path, {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body,
+        body: JSON.stringify(body),
       });
       const json = await answer.json().catch(() => ({}));
       if (answer.ok && json.token) {
@@ -71,16 +71,36 @@
         location.reload();
         return;
       }
-      error.textContent = REFUSALS[json.code] || "Сервер отказал: попробуйте ещё раз.";
+      if (answer.status === 202) {
+        document.getElementById("confirm-sent").textContent =
+          `Мы отправили письмо на ${body.email}. Введите код из него: он действует 10 минут.`;
+        form.hidden = true;
+        slot.append(confirm);
+        confirm.hidden = false;
+        confirm.elements.code.focus();
+      } else {
+        shown.textContent = REFUSALS[json.code] || "Сервер отказал: попробуйте ещё раз.";
+      }
     } catch (_) {
-      error.textContent = "Нет связи с сервером: попробуйте ещё раз.";
+      shown.textContent = "Нет связи с сервером: попробуйте ещё раз.";
     }
     busy = false;
   }
+  const credentials = () => ({
+    email: form.elements.email.value,
+    password: form.elements.password.value,
+  });
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    go(false);
+    post("/api/shoppers/sign-in", credentials(), error);
   });
-  document.getElementById("sign-up").addEventListener("click", () => go(true));
+  document.getElementById("sign-up").addEventListener("click", () => {
+    if (form.reportValidity()) post("/api/shoppers", credentials(), error);
+  });
+  confirm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const code = { email: form.elements.email.value, code: confirm.elements.code.value.trim() };
+    post("/api/shoppers/confirm", code, document.getElementById("confirm-error"));
+  });
   form.elements.email.focus();
 })();

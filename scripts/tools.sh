@@ -20,6 +20,7 @@ TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
 AXE_CORE_VERSION=4.14.1
 SCHEMATHESIS_VERSION=4.32.5
+AIOSMTPD_VERSION=1.4.6
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -125,6 +126,20 @@ install_schemathesis() {
             "schemathesis==$SCHEMATHESIS_VERSION"
 }
 
+# aiosmtpd: the SMTP server the tests and scripts/run start, where the checkout's mail (a live
+# shopper's codes) arrives; from PyPI into the same virtual environment.
+aiosmtpd() { printf '%s\n' "$CHECKOUT_ROOT/tools/venv/bin/aiosmtpd"; }
+
+has_aiosmtpd() {
+    [[ "$(version_of "$(aiosmtpd)" --version)" == *" $AIOSMTPD_VERSION" ]]
+}
+
+install_aiosmtpd() {
+    { [ -x "$CHECKOUT_ROOT/tools/venv/bin/pip" ] || python3 -m venv "$CHECKOUT_ROOT/tools/venv"; } &&
+        "$CHECKOUT_ROOT/tools/venv/bin/pip" install --quiet --disable-pip-version-check \
+            "aiosmtpd==$AIOSMTPD_VERSION"
+}
+
 # Fails the step when a tool that was just installed still cannot be found.
 verify() {
     local what="$1" check="$2"
@@ -189,7 +204,12 @@ install_tools() {
             install_schemathesis
         verify "installing schemathesis $SCHEMATHESIS_VERSION" has_schemathesis
     fi
-    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), axe-core $AXE_CORE_VERSION, $(version_of chromium --version), $(version_of "$(schemathesis)" --version)"
+    if ! has_aiosmtpd; then
+        step "installing aiosmtpd $AIOSMTPD_VERSION (an SMTP server for the tests) from PyPI into tools/venv" \
+            install_aiosmtpd
+        verify "installing aiosmtpd $AIOSMTPD_VERSION" has_aiosmtpd
+    fi
+    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), axe-core $AXE_CORE_VERSION, $(version_of chromium --version), $(version_of "$(schemathesis)" --version), $(version_of "$(aiosmtpd)" --version)"
 }
 
 # The widget, release-built into dist/: smallest code (opt-level z, LTO, wasm-opt -Oz).

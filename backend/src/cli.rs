@@ -50,8 +50,21 @@ pub fn main_with(seams: Seams) -> ExitCode {
             action: ShopCommand::RollKey { shop, mode },
         }) => return shop_roll_key(&cli.config, &shop, mode),
         Some(Command::Shopper {
-            action: ShopperCommand::Deposit { email, amount, key },
-        }) => return shopper_deposit(&cli.config, &email, amount, &key),
+            action:
+                ShopperCommand::Deposit {
+                    account,
+                    email,
+                    amount,
+                    key,
+                },
+        }) => {
+            use crate::operations::deposits::Recipient;
+            let to = match (account, email) {
+                (Some(account), _) => Recipient::Account(account),
+                (None, email) => Recipient::Email(email.unwrap_or_default()),
+            };
+            return shopper_deposit(&cli.config, to, amount, &key);
+        }
         Some(Command::Shopper {
             action: ShopperCommand::Show { email },
         }) => return shopper_show(&cli.config, &email),
@@ -145,11 +158,16 @@ fn shop_roll_key(config: &Config, shop_id: &str, mode: Mode) -> ExitCode {
 }
 
 /// `checkout-server shopper deposit`: the deposit (first made now, or the same one again).
-fn shopper_deposit(config: &Config, email: &str, amount: i64, key: &str) -> ExitCode {
+fn shopper_deposit(
+    config: &Config,
+    to: crate::operations::deposits::Recipient,
+    amount: i64,
+    key: &str,
+) -> ExitCode {
     let protocol = checkout_idempotency::Protocol::new(config.key_ttl());
     operator_command(config, |store| async move {
         let (done, replayed) =
-            crate::operations::deposits::deposit(&store, &protocol, key, email, amount)
+            crate::operations::deposits::deposit(&store, &protocol, key, to, amount)
                 .await
                 .map_err(|e| e.problem().detail)?;
         let mut line = serde_json::to_value(&done).expect("a deposit serializes");

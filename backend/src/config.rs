@@ -67,9 +67,13 @@ pub enum ShopperCommand {
     /// again is the same deposit (printed again), another amount under it is refused. Prints
     /// one JSON line: the deposit and the shopper's balance.
     Deposit {
-        /// The shopper's e-mail (they signed up in the payment page).
+        /// The shopper's account id (`acc_…`, from `shopper show`); its e-mail must be confirmed.
+        #[arg(long, required_unless_present = "email", conflicts_with = "email")]
+        account: Option<String>,
+        /// Or the shopper's e-mail: it names an account only once the shopper has confirmed it
+        /// with the code mailed to it (an unconfirmed one is refused, nothing moves).
         #[arg(long)]
-        email: String,
+        email: Option<String>,
         /// In kopecks: 150000 is 1 500,00 ₽.
         #[arg(long)]
         amount: i64,
@@ -298,6 +302,20 @@ pub struct Config {
     /// there, to the topic exchange `checkout.events`, confirmed by the broker. Unset: no broker.
     #[arg(long = "amqp-url", env = "CHECKOUT_AMQP_URL")]
     pub amqp_url: Option<String>,
+
+    /// Where mail to shoppers goes (the codes that prove their e-mail): `smtp://host:25`,
+    /// `smtp://user:password@host:587?tls=required`, `smtps://user:password@host`. Never
+    /// logged. Unset: live shoppers cannot sign up or recover (`503 mail_unavailable`).
+    #[arg(long = "smtp-url", env = "CHECKOUT_SMTP_URL")]
+    pub smtp_url: Option<String>,
+
+    /// Who the mail is from.
+    #[arg(
+        long = "mail-from",
+        env = "CHECKOUT_MAIL_FROM",
+        default_value = "Оплата заказов <no-reply@checkout.localhost>"
+    )]
+    pub mail_from: String,
 
     /// Checks the books' invariants every this many seconds (as `checkout-server verify`
     /// does), exporting `checkout_invariant_violations{invariant}`; unset: never.

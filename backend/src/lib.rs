@@ -19,6 +19,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod ids;
+pub mod mail;
 pub mod metrics;
 pub mod operations;
 pub mod store;
@@ -67,6 +68,8 @@ pub enum StartError {
     },
     #[error("server error: {0}")]
     Serve(std::io::Error),
+    #[error("{0}")]
+    Mail(String),
 }
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
@@ -86,6 +89,17 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
             source,
         })?;
     let addr = listener.local_addr().map_err(StartError::Serve)?;
+    let mailer = match &config.smtp_url {
+        Some(url) => Some(Arc::new(
+            mail::Mailer::new(url, &config.mail_from).map_err(StartError::Mail)?,
+        )),
+        None => {
+            tracing::warn!(
+                "CHECKOUT_SMTP_URL is not set: live shoppers cannot sign up or recover (no codes can be mailed)"
+            );
+            None
+        }
+    };
 
     if config.demo {
         demo::provision_shop(
@@ -133,6 +147,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         deliveries,
         site: Arc::new(api::assets::Site::open(&config.static_dir)),
         limits: Arc::new(api::limits::Limits::new(config.limits())),
+        mailer,
     };
     app.site.warm();
     if let Some(metrics_addr) = config.metrics_addr {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 fn floor(module: &[String]) -> u8 {
     match module.first().map(String::as_str) {
         Some("ids" | "clock" | "metrics") => 0,
-        Some("store") => 1,
+        Some("store" | "mail") => 1,
         Some("operations") => 2,
         Some("workers") => 3,
         Some("api") => 4,

@@ -21,6 +21,11 @@ checkout_testkit::on_both_databases!(
     test_shoppers_are_limited_per_address,
     a_principal_holds_a_bounded_number_of_keys_in_progress,
     sign_ins_that_ended_are_refused_and_swept,
+    a_sign_up_is_an_account_only_once_its_code_comes_back,
+    a_taken_address_answers_exactly_as_a_new_one,
+    a_code_expires_and_locks_after_its_tries,
+    recovery_sets_a_new_password_and_ends_every_old_sign_in,
+    a_shopper_from_before_codes_is_neither_funded_nor_paid_for_until_confirmed,
 );
 
 const PASSWORD: &str = "correct horse battery";
@@ -242,8 +247,8 @@ async fn sign_in_guessing_is_throttled_and_the_wait_is_honoured(backend: Backend
     )
     .await;
     let api = server.api();
-    api.live_shopper("vera@example.ru", PASSWORD).await; // the first of three attempts
-    // Four guesses at once: two fit the allowance (and are wrong), the others wait.
+    api.live_shopper("vera@example.ru", PASSWORD).await; // two of three attempts: up, code
+    // Four guesses at once: one fits the allowance (and is wrong), the others wait.
     let guesses = join_all((0..4).map(|_| api.sign_in("vera@example.ru", "wrong password"))).await;
     let mut throttled = None;
     for guess in &guesses {
@@ -408,4 +413,334 @@ async fn an_unknown_email_takes_as_long_as_a_wrong_password() {
         (0.5..2.0).contains(&ratio),
         "wrong password {wrong:?}, unknown e-mail {unknown:?}"
     );
+}
+
+/// Live money and the e-mail it belongs to: after a sign-up nothing exists but a code in the
+/// address's mailbox. Until it is entered, the operator's deposit to that address is refused
+/// and moves nothing; a wrong code is refused; the right one makes the account, signed in, and
+/// only then can it be funded (by e-mail or by account id) and pay.
+async fn a_sign_up_is_an_account_only_once_its_code_comes_back(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    let email = "lena@example.ru";
+    let code = api.sign_up(email, PASSWORD).await;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM shoppers").await, 0);
+    let kept = db.scalar_text("SELECT code_hash FROM email_codes").await;
+    assert!(
+        kept.starts_with("$argon2id$") && !kept.contains(&code),
+        "{kept}"
+    );
+
+    let (ok, refused) = server.deposit(email, 50_000, &new_key()).await;
+    assert!(
+        !ok,
+        "a deposit to an address that is not confirmed: {refused}"
+    );
+    assert!(
+        refused.as_str().unwrap().contains("no live shopper"),
+        "{refused}"
+    );
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    api.confirm(email, wrong)
+        .await
+        .assert_problem(400, "invalid_code");
+    api.sign_in(email, PASSWORD)
+        .await
+        .assert_problem(401, "invalid_credentials");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM deposits").await, 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM ledger WHERE kind = 'deposit'")
+            .await,
+        0
+    );
+    db.assert_invariants().await;
+
+    let confirmed = api.confirm(email, &code).await;
+    assert_eq!(confirmed.status, StatusCode::CREATED, "{}", confirmed.body);
+    let account_id = confirmed.json()["account_id"].as_str().unwrap().to_owned();
+    let shopper = Api {
+        token: Some(confirmed.json()["token"].as_str().unwrap().to_owned()),
+        ..api.clone()
+    };
+    assert_eq!(shopper.get("/api/account").await.json()["balance"], 0);
+    // The code is used: it makes nothing twice.
+    api.confirm(email, &code)
+        .await
+        .assert_problem(400, "invalid_code");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM email_codes").await, 0);
+
+    let (ok, by_account, err) = server
+        .operator(&[
+            "shopper",
+            "deposit",
+            "--account",
+            &account_id,
+            "--amount",
+            "70000",
+            "--key",
+            &new_key(),
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let by_account: Value = serde_json::from_str(by_account.trim()).unwrap();
+    assert_eq!(by_account["balance"], 70_000);
+    assert_eq!(by_account["email"], email);
+    let (ok, by_email) = server.deposit(email, 30_000, &new_key()).await;
+    assert!(ok, "{by_email}");
+    assert_eq!(by_email["account_id"], account_id.as_str());
+    assert_eq!(shopper.get("/api/account").await.json()["balance"], 100_000);
+    db.assert_invariants().await;
+}
+
+/// Signing up with an address that has an account tells nothing to the one who asks: the same
+/// status and body as for a new address. The mail goes to the owner, says an account exists,
+/// carries no code; the owner's password and money are untouched, the asker's password opens
+/// nothing.
+async fn a_taken_address_answers_exactly_as_a_new_one(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    let owner = api.live_shopper("anna@example.ru", PASSWORD).await;
+    let ask = |email: &'static str| {
+        let api = api.clone();
+        async move {
+            api.send(api.post(
+                "/api/shoppers",
+                None,
+                &json!({"email": email, "password": "the intruder's password"}),
+            ))
+            .await
+            .unwrap()
+        }
+    };
+    let mut taken = None;
+    let mail = api
+        .mailed_after("anna@example.ru", async {
+            taken = Some(ask("anna@example.ru").await);
+        })
+        .await;
+    let taken = taken.unwrap();
+    let fresh = ask("new@example.ru").await;
+    assert_eq!(taken.status, StatusCode::ACCEPTED, "{}", taken.body);
+    assert_eq!((taken.status, &taken.body), (fresh.status, &fresh.body));
+    assert_eq!(taken.body, r#"{"status":"code_sent","expires_in":600}"#);
+    assert_eq!(mail.subject, "У вас уже есть счёт");
+    assert_eq!(mail.code(), None, "{mail:?}");
+    // The owner's sign-in and password still work; the intruder's password opens nothing.
+    assert_eq!(owner.get("/api/account").await.status, StatusCode::OK);
+    assert_eq!(
+        api.sign_in("anna@example.ru", PASSWORD).await.status,
+        StatusCode::OK
+    );
+    api.sign_in("anna@example.ru", "the intruder's password")
+        .await
+        .assert_problem(401, "invalid_credentials");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM email_codes WHERE email = 'anna@example.ru'")
+            .await,
+        0
+    );
+    db.assert_invariants().await;
+}
+
+/// A code has five tries: after five wrong ones even the right code is refused. A code past its
+/// ten minutes is refused. A new sign-up mails a fresh code, and that one works.
+async fn a_code_expires_and_locks_after_its_tries(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    let email = "oleg@example.ru";
+    let code = api.sign_up(email, PASSWORD).await;
+    let wrong = if code == "000000" { "111111" } else { "000000" };
+    // Five wrong tries at once: each is counted, none is let through.
+    let tries = join_all((0..5).map(|_| api.confirm(email, wrong))).await;
+    for answer in &tries {
+        answer.assert_problem(400, "invalid_code");
+    }
+    api.confirm(email, &code)
+        .await
+        .assert_problem(400, "invalid_code");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM shoppers").await, 0);
+
+    let code = api.sign_up(email, PASSWORD).await;
+    db.execute("UPDATE email_codes SET expires_at = 1").await;
+    api.confirm(email, &code)
+        .await
+        .assert_problem(400, "invalid_code");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM shoppers").await, 0);
+
+    let code = api.sign_up(email, PASSWORD).await;
+    let confirmed = api.confirm(email, &code).await;
+    assert_eq!(confirmed.status, StatusCode::CREATED, "{}", confirmed.body);
+    db.assert_invariants().await;
+}
+
+/// Recovery: a code to the confirmed address, then a new password. Every earlier sign-in of the
+/// account ends at once, the old password opens nothing, the new one does; the money stays. An
+/// address with no account gets the same answer, and a mail with no code.
+async fn recovery_sets_a_new_password_and_ends_every_old_sign_in(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    let email = "rita@example.ru";
+    let first = api.live_shopper(email, PASSWORD).await;
+    let (ok, deposit) = server.deposit(email, 20_000, &new_key()).await;
+    assert!(ok, "{deposit}");
+    let second = api.sign_in(email, PASSWORD).await;
+    assert_eq!(second.status, StatusCode::OK);
+    let second = Api {
+        token: Some(second.json()["token"].as_str().unwrap().to_owned()),
+        ..api.clone()
+    };
+    let ask = |email: &'static str| {
+        let api = api.clone();
+        async move {
+            api.send(api.post("/api/shoppers/recovery", None, &json!({ "email": email })))
+                .await
+                .unwrap()
+        }
+    };
+    let mut asked = None;
+    let mail = api
+        .mailed_after(email, async { asked = Some(ask(email).await) })
+        .await;
+    let asked = asked.unwrap();
+    let nobody_mail = api
+        .mailed_after("nobody@example.ru", async {
+            let nobody = ask("nobody@example.ru").await;
+            assert_eq!((nobody.status, &nobody.body), (asked.status, &asked.body));
+        })
+        .await;
+    assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
+    assert_eq!(nobody_mail.code(), None, "{nobody_mail:?}");
+    let code = mail.code().expect("the recovery mail carries a code");
+
+    let recover = |code: String, password: &'static str| {
+        let api = api.clone();
+        async move {
+            api.send(api.post(
+                "/api/shoppers/recovery/confirm",
+                None,
+                &json!({"email": email, "code": code, "password": password}),
+            ))
+            .await
+            .unwrap()
+        }
+    };
+    recover("999999".into(), "a new long password")
+        .await
+        .assert_problem(400, "invalid_code");
+    let recovered = recover(code.clone(), "a new long password").await;
+    assert_eq!(recovered.status, StatusCode::OK, "{}", recovered.body);
+    for old in [&first, &second] {
+        old.get("/api/account")
+            .await
+            .assert_problem(401, "unauthorized");
+    }
+    let now = Api {
+        token: Some(recovered.json()["token"].as_str().unwrap().to_owned()),
+        ..api.clone()
+    };
+    assert_eq!(now.get("/api/account").await.json()["balance"], 20_000);
+    api.sign_in(email, PASSWORD)
+        .await
+        .assert_problem(401, "invalid_credentials");
+    assert_eq!(
+        api.sign_in(email, "a new long password").await.status,
+        StatusCode::OK
+    );
+    recover(code, "yet another password")
+        .await
+        .assert_problem(400, "invalid_code");
+    db.assert_invariants().await;
+}
+
+/// A live shopper made before e-mail codes (written here as the old server wrote it: no
+/// confirmation) holds a sign-in. It cannot pay a live session, the operator cannot fund it by
+/// e-mail or by account, its right password is told to confirm: clear refusals, nothing moved.
+/// Signing up again with its address and entering the code confirms that very account (the new
+/// password; the old sign-in ends).
+async fn a_shopper_from_before_codes_is_neither_funded_nor_paid_for_until_confirmed(
+    backend: Backend,
+) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Живая лавка").await;
+    let api = server.api();
+    let email = "old@example.ru";
+    let hash = checkout_backend::operations::passwords::hash(PASSWORD.into())
+        .await
+        .unwrap();
+    let token = "tok_live_from_before_codes";
+    let token_hash = checkout_backend::operations::accounts::token_hash(token);
+    for statement in [
+        "INSERT INTO accounts (account_id, token_hash, currency, balance, created_at, kind, livemode) \
+         VALUES ('acc_old', 'no token: signs in (acc_old)', 'RUB', 0, 0, 'shopper', 1)"
+            .to_owned(),
+        format!(
+            "INSERT INTO shoppers (account_id, email, password_hash, created_at) \
+             VALUES ('acc_old', '{email}', '{hash}', 0)"
+        ),
+        format!(
+            "INSERT INTO sign_ins (token_hash, account_id, created_at, last_used_at) \
+             VALUES ('{token_hash}', 'acc_old', {now}, {now})",
+            now = checkout_backend::clock::now_ms()
+        ),
+    ] {
+        db.execute(&statement).await;
+    }
+    let old = Api {
+        token: Some(token.into()),
+        ..api.clone()
+    };
+    let made = shop
+        .live_api
+        .send(shop.live_api.post(
+            "/api/checkout-sessions",
+            Some(&new_key()),
+            &json!({"order_id": "OLD-1", "amount": 100}),
+        ))
+        .await
+        .unwrap();
+    let session = made.json()["session_id"].as_str().unwrap().to_owned();
+    old.pay(&new_key(), &pay_session(&session))
+        .await
+        .assert_problem(403, "email_unconfirmed");
+    old.get("/api/account")
+        .await
+        .assert_problem(403, "email_unconfirmed");
+    api.sign_in(email, PASSWORD)
+        .await
+        .assert_problem(403, "email_unconfirmed");
+    for by in [["--email", email], ["--account", "acc_old"]] {
+        let (ok, out, err) = server
+            .operator(&[
+                "shopper",
+                "deposit",
+                by[0],
+                by[1],
+                "--amount",
+                "100",
+                "--key",
+                &new_key(),
+            ])
+            .await;
+        assert!(!ok, "{out}");
+        assert!(err.contains("has not confirmed the e-mail"), "{err}");
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM deposits").await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM payments").await, 0);
+    db.assert_invariants().await;
+
+    let code = api.sign_up(email, "a password of my own").await;
+    let confirmed = api.confirm(email, &code).await;
+    assert_eq!(confirmed.status, StatusCode::CREATED, "{}", confirmed.body);
+    assert_eq!(confirmed.json()["account_id"], "acc_old");
+    old.get("/api/account")
+        .await
+        .assert_problem(401, "unauthorized");
+    let (ok, deposit) = server.deposit(email, 100, &new_key()).await;
+    assert!(ok, "{deposit}");
+    db.assert_invariants().await;
 }

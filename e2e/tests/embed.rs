@@ -580,7 +580,8 @@ async fn assert_no_violations(c: &Checkout, view: &str) {
     assert_eq!(violations, &json!([]), "axe in the {view} view");
 }
 
-/// Live money in the frame: a shopper signs up in it («Создать счёт»), is funded by the
+/// Live money in the frame: a shopper signs up in it («Создать счёт», then the code the mail
+/// brought), is funded by the
 /// operator (the same deposit sent twice is one), signs out («Выйти»: that sign-in's token is
 /// refused from then on), signs in again («Войти»), and pays a live session: one debit, the
 /// shop's live account credited, its live event says `livemode: true`, the page hears one
@@ -632,7 +633,18 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     let password = "пароль-надёжный";
     c.type_into("#sign-in-email", email).await;
     c.type_into("#sign-in-password", password).await;
+    let mailbox = checkout_testkit::mail::receiver();
     c.click_soon("#sign-up").await;
+    // The code arrives by mail (a real SMTP server), and only it makes the account.
+    c.wait_for("#confirm:not([hidden]) #confirm-code").await;
+    let mail = mailbox.nth_mail(email, Some(&c.server.mail_from), 1).await;
+    let code = mail.code().expect("the mail carries the code");
+    assert_no_violations(&c, "live-code").await;
+    c.on_top().await;
+    c.screenshot("live-frame-code").await;
+    c.enter_frame_in("#a").await;
+    c.type_into("#confirm-code", &code).await;
+    c.click_soon(".confirm-submit").await;
     c.wait_for(".sign-out").await;
     c.wait_for_text(".balance", "0,00").await;
     let first_token = c

@@ -36,12 +36,14 @@ pub fn refusal(code: ErrorCode) -> String {
         ErrorCode::ServiceUnavailable => "сервис временно недоступен",
         ErrorCode::InternalError => "ошибка на сервере",
         // The widget pays with a shopper of the session's own mode, and one request at a time:
-        // these two are not expected here. Sign-in and sign-up are answered to the page's own
-        // script (`live.js`), which says them in its words.
+        // these two are not expected here. Sign-in, sign-up and their codes are answered to the
+        // page's own script (`live.js`), which says them in its words.
         ErrorCode::LivemodeMismatch
         | ErrorCode::TooManyRequests
         | ErrorCode::InvalidCredentials
-        | ErrorCode::EmailTaken
+        | ErrorCode::InvalidCode
+        | ErrorCode::EmailUnconfirmed
+        | ErrorCode::MailUnavailable
         | ErrorCode::Unknown => "сервер отказал",
     }
     .to_owned()
@@ -79,7 +81,9 @@ mod tests {
             ErrorCode::LivemodeMismatch,
             ErrorCode::TooManyRequests,
             ErrorCode::InvalidCredentials,
-            ErrorCode::EmailTaken,
+            ErrorCode::InvalidCode,
+            ErrorCode::EmailUnconfirmed,
+            ErrorCode::MailUnavailable,
             ErrorCode::Unknown,
         ];
         for text in codes.map(refusal) {

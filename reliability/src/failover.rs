@@ -175,6 +175,7 @@ impl Load {
             base: self.servers[server].clone(),
             http: self.http.clone(),
             token: Some(request.token.clone()),
+            mail_from: None,
         };
         let sent = Instant::now();
         let answer = api

@@ -157,6 +157,7 @@ impl World {
             base: format!("http://127.0.0.1:{}", self.ports[server]),
             http: self.http.clone(),
             token: Some(intent.token.clone()),
+            mail_from: None,
         };
         api.send(
             api.post(&intent.path, Some(key), &intent.body)
@@ -259,7 +260,11 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
         world.servers.push(Mutex::new(server));
     }
     let base = format!("http://127.0.0.1:{}", world.ports[0]);
-    let signup = Api::new(&base);
+    // The servers' mail comes from each one's own sender: the shoppers read the first's.
+    let signup = Api {
+        mail_from: Some(world.servers[0].lock().unwrap().mail_from.clone()),
+        ..Api::new(&base)
+    };
     for i in 0..plan.accounts {
         world.tokens.push(signup.shopper_token().await);
         // A live shopper, funded by the operator's deposit (as much as a test wallet holds).

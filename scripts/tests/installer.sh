@@ -32,10 +32,23 @@ fake_postgres() { fake "$1/initdb" "initdb (PostgreSQL) 15"; fake "$1/pg_ctl" "p
 fake_pgbouncer() { fake "$1/pgbouncer" "PgBouncer 1.18.0"; }
 fake_rabbitmq() { fake "$1/rabbitmq-server" "RabbitMQ 3.10.8"; fake "$1/rabbitmqctl" "RabbitMQ 3.10.8"; }
 fake_schemathesis() { fake "$1/st" "st, version 4.32.5"; }
+fake_aiosmtpd() { fake "$1/aiosmtpd" "$1/aiosmtpd 1.4.6"; }
 fake_axe_core() {
     mkdir -p "$1/axe-core"
     : >"$1/axe-core/axe.min.js"
     printf '{\n  "name": "axe-core",\n  "version": "4.14.1"\n}\n' >"$1/axe-core/package.json"
+}
+
+# A venv's pip stub: records what it installs and makes the fake of it.
+make_pip() {
+    local venv="$1"
+    mkdir -p "$venv/bin"
+    printf '%s\n' '#!/bin/bash' ". \"$dir/fakes.sh\"" "echo \"pip \$*\" >>\"$dir/installs\"" \
+        "case \"\$*\" in" \
+        "    *schemathesis==*) fake_schemathesis \"$venv/bin\" ;;" \
+        "    *aiosmtpd==*) fake_aiosmtpd \"$venv/bin\" ;;" \
+        "esac" >"$venv/bin/pip"
+    chmod +x "$venv/bin/pip"
 }
 
 # A world where every tool is present, except those named; the installers are stubs.
@@ -53,7 +66,7 @@ make_world() {
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
     { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_chromium fake_chromedriver \
-        fake_postgres fake_pgbouncer fake_rabbitmq fake_schemathesis fake_axe_core; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+        fake_postgres fake_pgbouncer fake_rabbitmq fake_schemathesis fake_aiosmtpd fake_axe_core make_pip; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
@@ -64,6 +77,9 @@ make_world() {
     [[ $absent == *" pgbouncer "* ]] || fake_pgbouncer "$dir/sbin"
     [[ $absent == *" rabbitmq-server "* ]] || fake_rabbitmq "$dir/rabbitmq"
     [[ $absent == *" schemathesis "* ]] || fake_schemathesis "$dir/root/tools/venv/bin"
+    [[ $absent == *" aiosmtpd "* ]] || fake_aiosmtpd "$dir/root/tools/venv/bin"
+    # A present venv has its pip (the stub below, which records what it is asked for).
+    [[ $absent == *" schemathesis "* && $absent == *" aiosmtpd "* ]] || make_pip "$dir/root/tools/venv"
     [[ $absent == *" wasm32 "* ]] || : >"$dir/wasm32-installed"
     [[ $absent == *" trunk-0.22 "* ]] && fake "$dir/cargo/bin/trunk" "trunk 0.22.0"
 
@@ -109,8 +125,7 @@ STUB
 . "$dir/fakes.sh"
 venv="\$3"
 mkdir -p "\$venv/bin"
-printf '#!/bin/bash\n. "$dir/fakes.sh"\necho "pip \$*" >>"$dir/installs"\nfake_schemathesis "%s/bin"\n' "\$venv" >"\$venv/bin/pip"
-chmod +x "\$venv/bin/pip"
+dir="$dir" make_pip "\$venv"
 STUB
     cat >"$dir/bin/rustup" <<STUB
 #!/bin/bash
@@ -172,8 +187,9 @@ declare -A install_of=(
     [rabbitmq-server]="apt-get install rabbitmq-server"
     [wasm32]="rustup target add wasm32-unknown-unknown"
     [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
+    [aiosmtpd]="pip install --quiet --disable-pip-version-check aiosmtpd==1.4.6"
 )
-for tool in trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis; do
+for tool in trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -186,12 +202,13 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis
+make_world "$dir" trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
     "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server" \
     "rustup target add wasm32-unknown-unknown" \
-    "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci" "${install_of[schemathesis]}"
+    "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci" "${install_of[schemathesis]}" \
+    "${install_of[aiosmtpd]}"
 : >"$dir/installs"
 install_in "$dir"
 expect_installs "run twice, the second run installs nothing" "$dir" $?

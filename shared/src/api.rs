@@ -305,3 +305,44 @@ pub struct ShopperCredentials {
     pub email: String,
     pub password: String,
 }
+
+/// `POST /api/shoppers/confirm`: the code mailed to the address at sign-up; right, it makes the
+/// account (with the password chosen at sign-up) and signs it in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EmailCode {
+    pub email: String,
+    /// Six digits.
+    pub code: String,
+}
+
+/// `POST /api/shoppers/recovery`: a code to the confirmed address, for a new password.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryRequest {
+    pub email: String,
+}
+
+/// `POST /api/shoppers/recovery/confirm`: the recovery code and the new password; every earlier
+/// sign-in of the account ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Recovery {
+    pub email: String,
+    pub code: String,
+    pub password: String,
+}
+
+/// The answer to a sign-up or a recovery request, the same whatever the address is (new, taken,
+/// unknown): a mail went to it, and what it says is for the address's owner only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CodeSent {
+    /// `"code_sent"`.
+    pub status: String,
+    /// How long a code lives, in seconds.
+    pub expires_in: u64,
+}

@@ -9,10 +9,10 @@ pub mod money;
 pub mod problem;
 
 pub use api::{
-    Account, CheckoutSession, CheckoutSessionStatus, CreateCheckoutSession, CreatePayment,
-    CreateRefund, DemoCart, DemoSession, EVENTS_EXCHANGE, EventBody, EventList, EventView,
-    KeyState, KeyStatus, LineItem, Payment, PaymentDetails, PaymentStatus, Refund, ShopView,
-    ShopperCredentials, ShopperToken,
+    Account, CheckoutSession, CheckoutSessionStatus, CodeSent, CreateCheckoutSession,
+    CreatePayment, CreateRefund, DemoCart, DemoSession, EVENTS_EXCHANGE, EmailCode, EventBody,
+    EventList, EventView, KeyState, KeyStatus, LineItem, Payment, PaymentDetails, PaymentStatus,
+    Recovery, RecoveryRequest, Refund, ShopView, ShopperCredentials, ShopperToken,
 };
 pub use key::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,

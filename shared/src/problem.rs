@@ -30,7 +30,9 @@ pub enum ErrorCode {
     LivemodeMismatch,
     TooManyRequests,
     InvalidCredentials,
-    EmailTaken,
+    InvalidCode,
+    EmailUnconfirmed,
+    MailUnavailable,
     #[serde(other)]
     Unknown,
 }
@@ -58,7 +60,9 @@ impl ErrorCode {
             ErrorCode::LivemodeMismatch => "livemode_mismatch",
             ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::InvalidCredentials => "invalid_credentials",
-            ErrorCode::EmailTaken => "email_taken",
+            ErrorCode::InvalidCode => "invalid_code",
+            ErrorCode::EmailUnconfirmed => "email_unconfirmed",
+            ErrorCode::MailUnavailable => "mail_unavailable",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -86,7 +90,9 @@ impl ErrorCode {
             ErrorCode::LivemodeMismatch => "Test money and live money do not mix",
             ErrorCode::TooManyRequests => "Too many attempts",
             ErrorCode::InvalidCredentials => "Wrong e-mail or password",
-            ErrorCode::EmailTaken => "This e-mail already has an account",
+            ErrorCode::InvalidCode => "The code is wrong, expired or used up",
+            ErrorCode::EmailUnconfirmed => "The e-mail address is not confirmed",
+            ErrorCode::MailUnavailable => "Mail could not be sent",
             ErrorCode::Unknown => "Unknown error",
         }
     }

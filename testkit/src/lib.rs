@@ -3,6 +3,7 @@
 //! in the database itself. Used by the backend's tests and by the browser tests.
 
 pub mod chromium;
+pub mod mail;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod rabbitmq;
@@ -234,6 +235,9 @@ impl TestDb {
 /// A running `checkout-server` process.
 pub struct Server {
     pub base: String,
+    /// The address this server's mail comes from: one per server, so that a test reads only
+    /// its own server's mail in the receiver every test of the binary shares.
+    pub mail_from: String,
     binary: String,
     database_url: String,
     child: Child,
@@ -249,6 +253,10 @@ impl Server {
     /// Starts the server with extra `CHECKOUT_*` settings and waits for its
     /// `listening on http://ADDR` line.
     pub async fn start_with(binary: &str, db: &TestDb, env: &[(&str, &str)]) -> Server {
+        let mail_from = format!(
+            "no-reply+{}@checkout.localhost",
+            uuid::Uuid::new_v4().simple()
+        );
         let mut command = Command::new(binary);
         command
             .env("DATABASE_URL", &db.server_url)
@@ -269,6 +277,12 @@ impl Server {
             .env("CHECKOUT_SIGN_IN_PER_ADDRESS", "1000000")
             .env("CHECKOUT_SIGN_IN_PER_ACCOUNT", "1000000")
             .env("CHECKOUT_KEYS_IN_PROGRESS", "100000")
+            // A live shopper's codes go to the tests' own SMTP server, where a test reads them.
+            .env("CHECKOUT_SMTP_URL", mail::receiver().url())
+            .env(
+                "CHECKOUT_MAIL_FROM",
+                format!("Оплата заказов <{mail_from}>"),
+            )
             .env("RUST_LOG", "info,sqlx=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -279,6 +293,7 @@ impl Server {
         let Listening { child, log, addr } = listening(command, "checkout-server").await;
         Server {
             base: format!("http://{addr}"),
+            mail_from,
             binary: binary.to_owned(),
             database_url: db.url.clone(),
             child,
@@ -321,7 +336,10 @@ impl Server {
     }
 
     pub fn api(&self) -> Api {
-        Api::new(&self.base)
+        Api {
+            mail_from: Some(self.mail_from.clone()),
+            ..Api::new(&self.base)
+        }
     }
 
     /// A new shop, added as an operator adds one: `checkout-server shop add` over the same
@@ -807,6 +825,8 @@ pub struct Api {
     pub base: String,
     pub http: reqwest::Client,
     pub token: Option<String>,
+    /// Whose mail this client's shopper reads: its server's sender ([`Server::mail_from`]).
+    pub mail_from: Option<String>,
 }
 
 impl Api {
@@ -819,6 +839,7 @@ impl Api {
             base: base.to_owned(),
             http,
             token: None,
+            mail_from: None,
         }
     }
 
@@ -835,21 +856,59 @@ impl Api {
         }
     }
 
-    /// A live shopper signs up (`POST /api/shoppers`): signed in, no money yet.
+    /// A live shopper signs up (`POST /api/shoppers`), reads the code in its mailbox and enters
+    /// it (`POST /api/shoppers/confirm`): confirmed, signed in, no money yet.
     pub async fn live_shopper(&self, email: &str, password: &str) -> Api {
-        let answer = self
-            .send(self.post(
-                "/api/shoppers",
-                None,
-                &serde_json::json!({ "email": email, "password": password }),
-            ))
-            .await
-            .unwrap();
+        let code = self.sign_up(email, password).await;
+        let answer = self.confirm(email, &code).await;
         assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.body);
         Api {
             token: Some(answer.json()["token"].as_str().unwrap().to_owned()),
             ..self.clone()
         }
+    }
+
+    /// `POST /api/shoppers`, answered `202`: the code the mail to `email` brought.
+    pub async fn sign_up(&self, email: &str, password: &str) -> String {
+        let mail = self
+            .mailed_after(email, async {
+                let answer = self
+                    .send(self.post(
+                        "/api/shoppers",
+                        None,
+                        &json!({ "email": email, "password": password }),
+                    ))
+                    .await
+                    .unwrap();
+                assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.body);
+            })
+            .await;
+        mail.code()
+            .unwrap_or_else(|| panic!("the sign-up mail carries a code: {mail:?}"))
+    }
+
+    /// Runs `request`, then waits for the next mail to `email` it caused.
+    pub async fn mailed_after(
+        &self,
+        email: &str,
+        request: impl std::future::Future<Output = ()>,
+    ) -> mail::Mail {
+        let receiver = mail::receiver();
+        let from = self.mail_from.as_deref();
+        let before = receiver.mails(email, from).len();
+        request.await;
+        receiver.nth_mail(email, from, before + 1).await
+    }
+
+    /// `POST /api/shoppers/confirm`: the raw answer.
+    pub async fn confirm(&self, email: &str, code: &str) -> Answer {
+        self.send(self.post(
+            "/api/shoppers/confirm",
+            None,
+            &json!({ "email": email, "code": code }),
+        ))
+        .await
+        .unwrap()
     }
 
     /// `POST /api/shoppers/sign-in`: the raw answer.
@@ -874,6 +933,7 @@ impl Api {
     pub fn on(&self, server: &Server) -> Api {
         Api {
             base: server.base.clone(),
+            mail_from: Some(server.mail_from.clone()),
             ..self.clone()
         }
     }

@@ -36,6 +36,9 @@ use crate::api::AppState;
         crate::api::accounts::get,
         crate::api::shoppers::create_test_shopper,
         crate::api::shoppers::sign_up,
+        crate::api::shoppers::confirm_sign_up,
+        crate::api::shoppers::request_recovery,
+        crate::api::shoppers::recover,
         crate::api::shoppers::sign_in,
         crate::api::shoppers::sign_out,
         crate::api::shoppers::create_demo_shopper,
@@ -51,7 +54,7 @@ use crate::api::AppState;
         (name = "idempotency keys", description = "What became of a key"),
         (name = "events", description = "The shop's events (webhooks) and their delivery"),
         (name = "accounts"),
-        (name = "shoppers", description = "Test shoppers (anyone; test money) and live shoppers (sign-up, sign-in; live money from the operator)"),
+        (name = "shoppers", description = "Test shoppers (anyone; test money) and live shoppers (sign-up with a code mailed to the address, recovery by a code, sign-in; live money from the operator, only to a confirmed address)"),
         (name = "demo", description = "Demo mode only (`CHECKOUT_DEMO=1`)"),
         (name = "operations"),
     )

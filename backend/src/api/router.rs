@@ -128,6 +128,21 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
             post(shoppers::create_test_shopper),
         ),
         ("POST", "/api/shoppers", post(shoppers::sign_up)),
+        (
+            "POST",
+            "/api/shoppers/confirm",
+            post(shoppers::confirm_sign_up),
+        ),
+        (
+            "POST",
+            "/api/shoppers/recovery",
+            post(shoppers::request_recovery),
+        ),
+        (
+            "POST",
+            "/api/shoppers/recovery/confirm",
+            post(shoppers::recover),
+        ),
         ("POST", "/api/shoppers/sign-in", post(shoppers::sign_in)),
         ("POST", "/api/shoppers/sign-out", post(shoppers::sign_out)),
         (

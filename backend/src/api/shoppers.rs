@@ -1,13 +1,17 @@
 //! Shoppers' endpoints: `POST /api/test/shoppers` (a test shopper: anyone, always, limited per
-//! address); a live shopper's `POST /api/shoppers` (sign-up), `POST /api/shoppers/sign-in` and
-//! `POST /api/shoppers/sign-out`. Called only by the payment page, on the checkout's origin.
+//! address); a live shopper's `POST /api/shoppers` (sign-up: a code to the e-mail), `POST
+//! /api/shoppers/confirm` (the code: the account), `POST /api/shoppers/recovery` and
+//! `…/recovery/confirm` (a code, then a new password), `POST /api/shoppers/sign-in` and `POST
+//! /api/shoppers/sign-out`. Called only by the payment page, on the checkout's origin.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use checkout_shared::{ShopperCredentials, ShopperToken};
+use checkout_shared::{
+    CodeSent, EmailCode, Recovery, RecoveryRequest, ShopperCredentials, ShopperToken,
+};
 
 use crate::api::AppState;
 use crate::api::extract::JsonBody;
@@ -77,26 +81,104 @@ pub async fn create_demo_shopper(
         .map(|(_, body)| body)
 }
 
-/// `POST /api/shoppers`: a live shopper signs up (and is signed in).
+/// `POST /api/shoppers`: a live shopper signs up; a code goes to the e-mail.
 #[utoipa::path(
     post, path = "/api/shoppers", operation_id = "sign_up", tag = "shoppers",
-    summary = "A live shopper signs up with an e-mail and a password (then is signed in)",
+    summary = "A live shopper signs up: a code is mailed to the address (the same answer whether or not it has an account)",
     request_body = ShopperCredentials,
     responses(
-        (status = 201, description = "Signed in: the token (expires; revoked by sign-out)", body = checkout_shared::ShopperToken),
+        (status = 202, description = "A mail went to the address: the code to confirm it (or, to an address that has an account, a word that it has one). Confirm with POST /api/shoppers/confirm", body = checkout_shared::CodeSent),
         (status = 400, description = "`invalid_request`: not an e-mail, or a password under 8 characters", body = checkout_shared::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`email_taken`", body = checkout_shared::Problem, content_type = "application/problem+json"),
         (status = 429, description = "`too_many_requests`: see `Retry-After`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`mail_unavailable`: the mail could not be sent; nothing was made", body = checkout_shared::Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn sign_up(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<ShopperCredentials>,
+) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
+    app.limits.sign_in(address, &body.value.email)?;
+    let sent = shoppers::sign_up(
+        &app.store,
+        app.mailer.as_deref(),
+        &body.value.email,
+        &body.value.password,
+    )
+    .await?;
+    Ok((StatusCode::ACCEPTED, Json(sent)))
+}
+
+/// `POST /api/shoppers/confirm`: the sign-up's code; the account is made and signed in.
+#[utoipa::path(
+    post, path = "/api/shoppers/confirm", operation_id = "confirm_sign_up", tag = "shoppers",
+    summary = "The code mailed at sign-up: the account is made (with the password given then) and signed in",
+    request_body = EmailCode,
+    responses(
+        (status = 201, description = "The account exists and is signed in: the token", body = checkout_shared::ShopperToken),
+        (status = 400, description = "`invalid_code`: wrong, expired (10 minutes), used, or out of its 5 tries: ask for a new one", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`too_many_requests`: see `Retry-After`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn confirm_sign_up(
+    State(app): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    body: JsonBody<EmailCode>,
 ) -> Result<(StatusCode, Json<ShopperToken>), ApiError> {
     app.limits.sign_in(address, &body.value.email)?;
-    let shopper = shoppers::sign_up(&app.store, &body.value.email, &body.value.password).await?;
+    let shopper =
+        shoppers::confirm_sign_up(&app.store, &body.value.email, &body.value.code).await?;
     Ok((StatusCode::CREATED, token(shopper)))
+}
+
+/// `POST /api/shoppers/recovery`: a code to a confirmed account's address.
+#[utoipa::path(
+    post, path = "/api/shoppers/recovery", operation_id = "request_recovery", tag = "shoppers",
+    summary = "A live shopper who lost the password: a code is mailed to the address (the same answer for any address)",
+    request_body = RecoveryRequest,
+    responses(
+        (status = 202, description = "A mail went to the address: the code, if it has a confirmed account", body = checkout_shared::CodeSent),
+        (status = 400, description = "`invalid_request`: not an e-mail", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`too_many_requests`: see `Retry-After`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`mail_unavailable`: the mail could not be sent", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn request_recovery(
+    State(app): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    body: JsonBody<RecoveryRequest>,
+) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
+    app.limits.sign_in(address, &body.value.email)?;
+    let sent =
+        shoppers::request_recovery(&app.store, app.mailer.as_deref(), &body.value.email).await?;
+    Ok((StatusCode::ACCEPTED, Json(sent)))
+}
+
+/// `POST /api/shoppers/recovery/confirm`: the code and a new password; every old sign-in ends.
+#[utoipa::path(
+    post, path = "/api/shoppers/recovery/confirm", operation_id = "recover", tag = "shoppers",
+    summary = "The recovery code and a new password: set, every earlier sign-in of the account ended, and signed in",
+    request_body = Recovery,
+    responses(
+        (status = 200, description = "The new sign-in's token", body = checkout_shared::ShopperToken),
+        (status = 400, description = "`invalid_code` (wrong, expired, used, out of tries) or `invalid_request` (a password under 8 characters)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`too_many_requests`: see `Retry-After`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub async fn recover(
+    State(app): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    body: JsonBody<Recovery>,
+) -> Result<Json<ShopperToken>, ApiError> {
+    app.limits.sign_in(address, &body.value.email)?;
+    let shopper = shoppers::recover(
+        &app.store,
+        &body.value.email,
+        &body.value.code,
+        &body.value.password,
+    )
+    .await?;
+    Ok(token(shopper))
 }
 
 /// `POST /api/shoppers/sign-in`
@@ -107,6 +189,7 @@ pub async fn sign_up(
     responses(
         (status = 200, description = "The token (expires when idle or old; revoked by sign-out)", body = checkout_shared::ShopperToken),
         (status = 401, description = "`invalid_credentials`: wrong e-mail or password (which, is not said)", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`email_unconfirmed`: the right password of a shopper that never confirmed its e-mail (it signs up again, and enters the code)", body = checkout_shared::Problem, content_type = "application/problem+json"),
         (status = 429, description = "`too_many_requests`: too many attempts at this account or from this address; see `Retry-After`", body = checkout_shared::Problem, content_type = "application/problem+json"),
     ),
 )]

@@ -7,6 +7,7 @@ use checkout_idempotency::Protocol;
 
 use crate::api::assets::Site;
 use crate::api::limits::Limits;
+use crate::mail::Mailer;
 use crate::operations::accounts::PrincipalCache;
 use crate::store::Store;
 
@@ -25,4 +26,6 @@ pub struct AppState {
     pub deliveries: Arc<tokio::sync::Notify>,
     /// Sign-in, sign-up and test-shopper allowances; keys in progress per principal.
     pub limits: Arc<Limits>,
+    /// Mail to shoppers (the codes that prove their e-mail); `None`: no SMTP server is set.
+    pub mailer: Option<Arc<Mailer>>,
 }

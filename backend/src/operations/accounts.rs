@@ -105,6 +105,14 @@ impl PrincipalCache {
             kind: holder.kind,
             livemode: holder.livemode,
         };
+        // A live shopper from before e-mail codes, never confirmed: no live money moves for it.
+        if !holder.confirmed {
+            return Err(ApiError::EmailUnconfirmed(
+                "this shopper has not confirmed its e-mail: sign up again with it and enter the \
+                 code mailed to it"
+                    .into(),
+            ));
+        }
         let Some((signed_in_at, last_used_at)) = holder.sign_in else {
             self.put(token_hash.to_owned(), principal.clone());
             return Ok(principal);

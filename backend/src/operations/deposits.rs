@@ -1,6 +1,6 @@
 //! Deposits: the only way live money comes into being. An operator moves it from the funding
-//! account to a live shopper (`checkout-server shopper deposit --email E --amount KOPECKS --key
-//! K`), keyed like every money movement: the same key again replays the first answer, another
+//! account to a live shopper whose e-mail is confirmed (`checkout-server shopper deposit
+//! --account acc_… | --email E --amount KOPECKS --key K`), keyed like every money movement: the same key again replays the first answer, another
 //! amount under it is refused. Written in double entry (the funding account goes below zero by
 //! what it funded) with its event, in one transaction through the protocol.
 
@@ -22,13 +22,21 @@ pub const ROUTE: &str = "shopper deposit";
 /// The most one deposit may be: 10 000 000,00 ₽.
 pub const MAX_DEPOSIT: i64 = 1_000_000_000;
 
+/// Who a deposit is for, as the operator named it.
+#[derive(Clone, Debug)]
+pub enum Recipient {
+    /// A live shopper's account id (`acc_…`).
+    Account(String),
+    /// A live shopper's e-mail: it names an account only once the shopper confirmed it.
+    Email(String),
+}
+
 /// A validated deposit.
 #[derive(Debug)]
 pub struct Deposit {
-    pub email: String,
+    pub to: Recipient,
     pub amount: i64,
 }
-
 /// What a deposit answers (and its event carries).
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct DepositDone {
@@ -44,16 +52,30 @@ pub struct DepositDone {
 }
 
 impl Deposit {
-    pub fn validate(email: &str, amount: i64) -> Result<Deposit, ApiError> {
+    pub fn validate(to: Recipient, amount: i64) -> Result<Deposit, ApiError> {
         if !(1..=MAX_DEPOSIT).contains(&amount) {
             return Err(ApiError::InvalidRequest(format!(
                 "amount must be 1 to {MAX_DEPOSIT} kopecks"
             )));
         }
-        Ok(Deposit {
-            email: normalize_email(email)?,
-            amount,
-        })
+        let to = match to {
+            Recipient::Email(email) => Recipient::Email(normalize_email(&email)?),
+            Recipient::Account(id) if id.starts_with("acc_") => Recipient::Account(id),
+            Recipient::Account(id) => {
+                return Err(ApiError::InvalidRequest(format!(
+                    "{id} is not an account id (acc_…)"
+                )));
+            }
+        };
+        Ok(Deposit { to, amount })
+    }
+
+    /// What the key's fingerprint is taken over: the recipient as named, and the amount.
+    fn body(&self) -> serde_json::Value {
+        match &self.to {
+            Recipient::Email(email) => json!({ "email": email, "amount": self.amount }),
+            Recipient::Account(id) => json!({ "account_id": id, "amount": self.amount }),
+        }
     }
 }
 
@@ -61,12 +83,25 @@ impl Operation<Tx> for Deposit {
     type Error = ApiError;
 
     async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
-        let Some(shopper) = tx.live_shopper_by_email(&self.email).await? else {
+        let (named, by_account) = match &self.to {
+            Recipient::Account(id) => (id, true),
+            Recipient::Email(email) => (email, false),
+        };
+        let Some(found) = tx.live_shopper(named, by_account).await? else {
             return Err(ApiError::NotFound(format!(
-                "there is no live shopper {}; they sign up in the payment page first",
-                self.email
+                "there is no live shopper {named}; they sign up in the payment page first"
             )));
         };
+        // Money reaches only the owner of the address: never an account whose e-mail was not
+        // proved with the code mailed to it.
+        if !found.confirmed {
+            return Err(ApiError::EmailUnconfirmed(format!(
+                "the live shopper {named} has not confirmed the e-mail {}; nothing was deposited \
+                 (they sign up again with it and enter the code mailed to it)",
+                found.email
+            )));
+        }
+        let (shopper, email) = (found.account_id, found.email);
         let deposit_id = ids::new_id("dep_");
         let balance = tx.credit(&shopper, self.amount).await?;
         tx.credit(FUNDING_ACCOUNT, -self.amount).await?;
@@ -89,7 +124,7 @@ impl Operation<Tx> for Deposit {
         let done = DepositDone {
             deposit_id,
             account_id: shopper,
-            email: self.email.clone(),
+            email,
             amount: self.amount,
             currency: crate::operations::accounts::DEFAULT_CURRENCY.into(),
             balance,
@@ -108,13 +143,13 @@ pub async fn deposit(
     store: &Store,
     protocol: &Protocol,
     key: &str,
-    email: &str,
+    to: Recipient,
     amount: i64,
 ) -> Result<(DepositDone, bool), ApiError> {
-    let deposit = Deposit::validate(email, amount)?;
+    let deposit = Deposit::validate(to, amount)?;
     checkout_shared::IdempotencyKey::parse(key)
         .map_err(|error| ApiError::InvalidRequest(error.to_string()))?;
-    let body = json!({ "email": deposit.email, "amount": deposit.amount });
+    let body = deposit.body();
     let keyed = KeyedRequest {
         scope: FUNDING_ACCOUNT,
         key,

@@ -45,8 +45,15 @@ pub enum ApiError {
     /// A wrong password and an unknown e-mail are told apart by no one.
     #[error("wrong e-mail or password")]
     InvalidCredentials,
-    #[error("this e-mail already has an account; sign in instead")]
-    EmailTaken,
+    /// A code that is wrong, expired, used, or out of tries: which, is not said.
+    #[error("the code is wrong, expired or used up; ask for a new one")]
+    InvalidCode,
+    /// A live shopper that has not proved its e-mail: no money reaches it, none leaves it.
+    #[error("{0}")]
+    EmailUnconfirmed(String),
+    /// The mail with the code could not be sent (no SMTP server set, or it refused).
+    #[error("the mail with the code could not be sent; try again shortly")]
+    MailUnavailable,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -76,7 +83,9 @@ impl ApiError {
             ApiError::ModeMismatch(_) => (403, ErrorCode::LivemodeMismatch),
             ApiError::TooManyRequests(_) => (429, ErrorCode::TooManyRequests),
             ApiError::InvalidCredentials => (401, ErrorCode::InvalidCredentials),
-            ApiError::EmailTaken => (409, ErrorCode::EmailTaken),
+            ApiError::InvalidCode => (400, ErrorCode::InvalidCode),
+            ApiError::EmailUnconfirmed(_) => (403, ErrorCode::EmailUnconfirmed),
+            ApiError::MailUnavailable => (503, ErrorCode::MailUnavailable),
             ApiError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
                 (500, ErrorCode::InternalError)
             }

@@ -1,20 +1,21 @@
 //! Shoppers, of two kinds. A **test shopper** is made by anyone, holds 1 000,00 ₽ of test money,
-//! and pays test sessions only. A **live shopper** signs up and signs in with an e-mail and a
-//! password (kept as an Argon2id hash) on the checkout's own origin; each sign-in is a token
+//! and pays test sessions only. A **live shopper** signs up with an e-mail and a password (kept
+//! as an Argon2id hash) on the checkout's own origin, and is an account only once it enters the
+//! code mailed to that address (so live money reaches only the address's owner); it recovers
+//! its account by a code to the same address. Each sign-in is a token
 //! (stored as its hash) that expires (see [`SignInLimits`]) or is revoked by «Выйти»; its money
 //! comes only from an operator's deposit, and it pays live sessions only.
 //!
 //! [`SignInLimits`]: crate::operations::accounts::SignInLimits
 
-use std::sync::OnceLock;
-
-use argon2::Argon2;
-use argon2::password_hash::rand_core::OsRng;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use checkout_shared::CodeSent;
 use serde::Serialize;
 
+use crate::mail::Mailer;
 use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
 use crate::operations::error::ApiError;
+use crate::operations::{email_codes, passwords};
+use crate::store::email_codes::Purpose;
 use crate::store::{AccountKind, EntryKind, LedgerEntry, Store, StoreError};
 use crate::{clock, ids};
 
@@ -91,92 +92,201 @@ fn check_password(password: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Argon2id with OWASP's current minimum (19 MiB of memory, 2 passes, 1 lane: the crate's
-/// defaults), on a blocking thread: it takes tens of milliseconds of one core.
-async fn hash_password(password: String) -> Result<String, ApiError> {
-    tokio::task::spawn_blocking(move || {
-        let salt = SaltString::generate(&mut OsRng);
-        Argon2::default()
-            .hash_password(password.as_bytes(), &salt)
-            .map(|hash| hash.to_string())
-    })
-    .await
-    .map_err(|e| StoreError::Other(e.to_string().into()))?
-    .map_err(|e| ApiError::Store(StoreError::Other(e.to_string().into())))
-}
-
-/// Whether `password` is the one `hash` was made from, on a blocking thread.
-async fn verify_password(password: String, hash: String) -> Result<bool, ApiError> {
-    tokio::task::spawn_blocking(move || {
-        PasswordHash::new(&hash)
-            .map(|parsed| {
-                Argon2::default()
-                    .verify_password(password.as_bytes(), &parsed)
-                    .is_ok()
-            })
-            .unwrap_or(false)
-    })
-    .await
-    .map_err(|e| ApiError::Store(StoreError::Other(e.to_string().into())))
-}
-
-/// A hash of no one's password, made once: an unknown e-mail is checked against it, so that
-/// it costs what a wrong password costs and the two cannot be told apart by time.
-async fn decoy_hash() -> Result<&'static str, ApiError> {
-    static DECOY: OnceLock<String> = OnceLock::new();
-    if let Some(hash) = DECOY.get() {
-        return Ok(hash);
-    }
-    let made = hash_password(new_secret("decoy_")).await?;
-    Ok(DECOY.get_or_init(|| made))
-}
-
-/// A new live shopper (no money yet: an operator deposits it), signed in.
-pub async fn sign_up(store: &Store, email: &str, password: &str) -> Result<SignedIn, ApiError> {
+/// A live shopper signs up: nothing is made yet but a code, mailed to the address; the account
+/// is made (with this password) only when the code comes back ([`confirm_sign_up`]). The answer
+/// is the same whether or not the address has an account (to one that has, the mail says so
+/// instead of carrying a code), after the same work: two Argon2id hashes and one mail.
+pub async fn sign_up(
+    store: &Store,
+    mailer: Option<&Mailer>,
+    email: &str,
+    password: &str,
+) -> Result<CodeSent, ApiError> {
     let email = normalize_email(email)?;
     check_password(password)?;
-    let hash = hash_password(password.to_owned()).await?;
-    let account_id = ids::new_id("acc_");
+    let code = email_codes::new_code();
+    let password_hash = passwords::hash(password.to_owned()).await?;
+    let code_hash = passwords::hash(code.clone()).await?;
+    let confirmed = store
+        .shopper_by_email(&email)
+        .await?
+        .is_some_and(|shopper| shopper.confirmed);
+    let mail = if confirmed {
+        email_codes::already_signed_up()
+    } else {
+        let now_ms = clock::now_ms();
+        email_codes::keep(
+            store,
+            &email,
+            Purpose::SignUp,
+            &code_hash,
+            Some(&password_hash),
+            now_ms,
+        )
+        .await?;
+        email_codes::sign_up_code(&code)
+    };
+    email_codes::send(mailer, &email, mail).await?;
+    Ok(code_sent())
+}
+
+fn code_sent() -> CodeSent {
+    CodeSent {
+        status: "code_sent".into(),
+        expires_in: email_codes::CODE_TTL_SECS,
+    }
+}
+
+/// The sign-up's code comes back: the account is made, confirmed, with the password chosen at
+/// sign-up, and signed in. A shopper from before codes existed is confirmed instead (with that
+/// password; its old sign-ins end).
+pub async fn confirm_sign_up(store: &Store, email: &str, code: &str) -> Result<SignedIn, ApiError> {
+    let email = normalize_email(email).map_err(|_| ApiError::InvalidCode)?;
     let now_ms = clock::now_ms();
-    let account = account_id.clone();
-    let created = store
+    let kept = email_codes::check(store, &email, Purpose::SignUp, code, now_ms).await?;
+    let password_hash = kept.password_hash.ok_or(ApiError::InvalidCode)?;
+    let token = new_secret("tok_live_");
+    let token_hash = token_hash(&token);
+    let new_account = ids::new_id("acc_");
+    let account_id = store
         .write(move |tx| {
             Box::pin(async move {
-                // A live shopper has no bearer token of its own: it signs in.
-                tx.insert_account(
-                    &account,
-                    &format!("no token: signs in ({account})"),
-                    AccountKind::Shopper,
-                    true,
-                    DEFAULT_CURRENCY,
-                    0,
-                    now_ms,
-                )
-                .await?;
-                tx.insert_shopper(&account, &email, &hash, now_ms).await
+                if !tx
+                    .use_code(&email, Purpose::SignUp, &kept.code_hash)
+                    .await?
+                {
+                    return Ok(None); // another request used it first
+                }
+                let account_id = match tx.shopper_by_email(&email).await? {
+                    None => {
+                        // A live shopper has no bearer token of its own: it signs in.
+                        tx.insert_account(
+                            &new_account,
+                            &format!("no token: signs in ({new_account})"),
+                            AccountKind::Shopper,
+                            true,
+                            DEFAULT_CURRENCY,
+                            0,
+                            now_ms,
+                        )
+                        .await?;
+                        if !tx
+                            .insert_shopper(&new_account, &email, &password_hash, now_ms)
+                            .await?
+                        {
+                            return Ok(None);
+                        }
+                        new_account
+                    }
+                    Some(old) if !old.confirmed => {
+                        if !tx
+                            .confirm_shopper(&old.account_id, &password_hash, now_ms)
+                            .await?
+                        {
+                            return Ok(None);
+                        }
+                        tx.revoke_all_sign_ins(&old.account_id, now_ms).await?;
+                        old.account_id
+                    }
+                    Some(_) => return Ok(None), // confirmed meanwhile, with another code
+                };
+                tx.insert_sign_in(&token_hash, &account_id, now_ms).await?;
+                Ok(Some(account_id))
             })
         })
-        .await?;
-    if !created {
-        return Err(ApiError::EmailTaken);
-    }
-    start_sign_in(store, account_id).await
+        .await?
+        .ok_or(ApiError::InvalidCode)?;
+    Ok(SignedIn { token, account_id })
+}
+
+/// A confirmed shopper asks to recover its account: a code to the address. The answer is the
+/// same for any address (one without a confirmed account is mailed that there is none), after
+/// the same work.
+pub async fn request_recovery(
+    store: &Store,
+    mailer: Option<&Mailer>,
+    email: &str,
+) -> Result<CodeSent, ApiError> {
+    let email = normalize_email(email)?;
+    let code = email_codes::new_code();
+    let code_hash = passwords::hash(code.clone()).await?;
+    let confirmed = store
+        .shopper_by_email(&email)
+        .await?
+        .is_some_and(|shopper| shopper.confirmed);
+    let mail = if confirmed {
+        let now_ms = clock::now_ms();
+        email_codes::keep(store, &email, Purpose::Recovery, &code_hash, None, now_ms).await?;
+        email_codes::recovery_code(&code)
+    } else {
+        email_codes::nothing_to_recover()
+    };
+    email_codes::send(mailer, &email, mail).await?;
+    Ok(code_sent())
+}
+
+/// The recovery's code comes back with a new password: it is set, every sign-in of the account
+/// ends (whoever held one, a thief included, is signed out everywhere), and a new one begins.
+pub async fn recover(
+    store: &Store,
+    email: &str,
+    code: &str,
+    password: &str,
+) -> Result<SignedIn, ApiError> {
+    check_password(password)?;
+    let email = normalize_email(email).map_err(|_| ApiError::InvalidCode)?;
+    let now_ms = clock::now_ms();
+    let kept = email_codes::check(store, &email, Purpose::Recovery, code, now_ms).await?;
+    let password_hash = passwords::hash(password.to_owned()).await?;
+    let token = new_secret("tok_live_");
+    let token_hash = token_hash(&token);
+    let account_id = store
+        .write(move |tx| {
+            Box::pin(async move {
+                if !tx
+                    .use_code(&email, Purpose::Recovery, &kept.code_hash)
+                    .await?
+                {
+                    return Ok(None);
+                }
+                let Some(shopper) = tx.shopper_by_email(&email).await? else {
+                    return Ok(None);
+                };
+                tx.set_password(&shopper.account_id, &password_hash).await?;
+                tx.revoke_all_sign_ins(&shopper.account_id, now_ms).await?;
+                tx.insert_sign_in(&token_hash, &shopper.account_id, now_ms)
+                    .await?;
+                Ok(Some(shopper.account_id))
+            })
+        })
+        .await?
+        .ok_or(ApiError::InvalidCode)?;
+    Ok(SignedIn { token, account_id })
 }
 
 /// A sign-in by e-mail and password: a new token. A wrong password and an unknown e-mail are
-/// the same answer after the same work.
+/// the same answer after the same work. The right password of a shopper that never confirmed
+/// its e-mail is told so: it signs up again with it, and enters the code.
 pub async fn sign_in(store: &Store, email: &str, password: &str) -> Result<SignedIn, ApiError> {
     let email = normalize_email(email).map_err(|_| ApiError::InvalidCredentials)?;
     let found = store.shopper_by_email(&email).await?;
     let hash = match &found {
-        Some((_, hash)) => hash.clone(),
-        None => decoy_hash().await?.to_owned(),
+        Some(shopper) => shopper.password_hash.clone(),
+        None => passwords::decoy().await?.to_owned(),
     };
-    let matches = verify_password(password.to_owned(), hash).await?;
+    let matches = passwords::verify(password.to_owned(), hash).await?;
     match found {
-        Some((account_id, _)) if matches => start_sign_in(store, account_id).await,
+        Some(shopper) if matches && !shopper.confirmed => Err(unconfirmed(&email)),
+        Some(shopper) if matches => start_sign_in(store, shopper.account_id).await,
         _ => Err(ApiError::InvalidCredentials),
     }
+}
+
+/// What a shopper that never proved its e-mail is told.
+pub fn unconfirmed(email: &str) -> ApiError {
+    ApiError::EmailUnconfirmed(format!(
+        "the e-mail {email} is not confirmed: sign up again with it and enter the code mailed to it"
+    ))
 }
 
 async fn start_sign_in(store: &Store, account_id: String) -> Result<SignedIn, ApiError> {
@@ -203,22 +313,24 @@ pub struct ShopperView {
     pub balance: i64,
     pub currency: String,
     pub livemode: bool,
+    /// Whether the shopper proved the e-mail (only then can it be funded and pay).
+    pub confirmed: bool,
 }
 
 pub async fn show(store: &Store, email: &str) -> Result<ShopperView, ApiError> {
     let email = normalize_email(email)?;
-    let Some((account_id, _)) = store.shopper_by_email(&email).await? else {
-        return Err(ApiError::NotFound(format!("there is no shopper {email}")));
-    };
+    let missing = || ApiError::NotFound(format!("there is no shopper {email}"));
+    let shopper = store.shopper_by_email(&email).await?.ok_or_else(missing)?;
     let account = store
-        .account(&account_id)
+        .account(&shopper.account_id)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("there is no shopper {email}")))?;
+        .ok_or_else(missing)?;
     Ok(ShopperView {
-        account_id,
+        account_id: shopper.account_id,
         email,
         balance: account.balance,
         currency: account.currency,
         livemode: account.livemode,
+        confirmed: shopper.confirmed,
     })
 }

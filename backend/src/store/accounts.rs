@@ -8,22 +8,41 @@ use super::{Store, StoreError, Tx};
 
 /// The account holding a token or secret key, or a live shopper's unrevoked sign-in (whose age
 /// and idle time the caller judges against the settings).
+/// A sign-in says whether its shopper has confirmed the e-mail (one from before confirmation
+/// existed may not have).
 pub const ACCOUNT_BY_TOKEN_HASH: &str = "\
-    SELECT account_id, currency, kind, livemode, NULL AS signed_in_at, NULL AS last_used_at \
+    SELECT account_id, currency, kind, livemode, NULL AS signed_in_at, NULL AS last_used_at, \
+           CAST(1 AS BIGINT) AS confirmed \
       FROM accounts WHERE token_hash = $1 \
     UNION ALL \
     SELECT a.account_id, a.currency, a.kind, a.livemode, t.created_at AS signed_in_at, \
-           t.last_used_at \
+           t.last_used_at, \
+           CAST(CASE WHEN s.confirmed_at IS NULL THEN 0 ELSE 1 END AS BIGINT) AS confirmed \
       FROM sign_ins t JOIN accounts a ON a.account_id = t.account_id \
+           LEFT JOIN shoppers s ON s.account_id = t.account_id \
      WHERE t.token_hash = $1 AND t.revoked_at IS NULL";
 
-/// A live shopper by e-mail (lower-cased): the account and the password's hash.
+/// A live shopper by e-mail (lower-cased): the account, the password's hash, and whether the
+/// address is confirmed.
 pub const SHOPPER_BY_EMAIL: &str = "\
-    SELECT s.account_id, s.password_hash FROM shoppers s WHERE s.email = $1";
+    SELECT s.account_id, s.password_hash, s.confirmed_at FROM shoppers s WHERE s.email = $1";
 
+/// A live shopper, made when the code mailed to its address is entered: confirmed from birth.
 pub const INSERT_SHOPPER: &str = "\
-    INSERT INTO shoppers (account_id, email, password_hash, created_at) VALUES ($1, $2, $3, $4) \
-    ON CONFLICT (email) DO NOTHING RETURNING account_id";
+    INSERT INTO shoppers (account_id, email, password_hash, created_at, confirmed_at) \
+    VALUES ($1, $2, $3, $4, $4) ON CONFLICT (email) DO NOTHING RETURNING account_id";
+
+/// A shopper from before confirmation proves its address: the password chosen with the code.
+pub const CONFIRM_SHOPPER: &str = "\
+    UPDATE shoppers SET password_hash = $2, confirmed_at = $3 \
+     WHERE account_id = $1 AND confirmed_at IS NULL";
+
+/// A recovered account's new password.
+pub const SET_PASSWORD: &str = "UPDATE shoppers SET password_hash = $2 WHERE account_id = $1";
+
+/// Every sign-in of an account ends (a recovery: whoever held one no longer does).
+pub const REVOKE_ALL_SIGN_INS: &str = "\
+    UPDATE sign_ins SET revoked_at = $2 WHERE account_id = $1 AND revoked_at IS NULL";
 
 pub const INSERT_SIGN_IN: &str = "\
     INSERT INTO sign_ins (token_hash, account_id, created_at, last_used_at) VALUES ($1, $2, $3, $3)";
@@ -149,6 +168,26 @@ pub struct TokenHolder {
     pub kind: AccountKind,
     pub livemode: bool,
     pub sign_in: Option<(i64, i64)>,
+    /// `false` for a live shopper that never proved its e-mail (made before codes existed).
+    pub confirmed: bool,
+}
+
+/// A live shopper as its sign-in finds it.
+#[derive(Clone, Debug)]
+pub struct ShopperLogin {
+    pub account_id: String,
+    pub password_hash: String,
+    pub confirmed: bool,
+}
+
+impl ShopperLogin {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(ShopperLogin {
+            account_id: row.text("account_id")?,
+            password_hash: row.text("password_hash")?,
+            confirmed: row.opt_int("confirmed_at")?.is_some(),
+        })
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -196,26 +235,22 @@ impl Store {
                     kind: AccountKind::parse(&row.text("kind")?)?,
                     livemode: row.int("livemode")? == 1,
                     sign_in,
+                    confirmed: row.int("confirmed")? == 1,
                 })
             })
             .await?;
         Ok(rows.into_iter().next())
     }
 
-    /// A live shopper's account id and password hash, by e-mail.
-    pub async fn shopper_by_email(
-        &self,
-        email: &str,
-    ) -> Result<Option<(String, String)>, StoreError> {
+    /// A live shopper by e-mail.
+    pub async fn shopper_by_email(&self, email: &str) -> Result<Option<ShopperLogin>, StoreError> {
         let rows = self
-            .read(SHOPPER_BY_EMAIL, &[Arg::Text(email)], |row| {
-                Ok((row.text("account_id")?, row.text("password_hash")?))
-            })
+            .read(SHOPPER_BY_EMAIL, &[Arg::Text(email)], ShopperLogin::read)
             .await?;
         Ok(rows.into_iter().next())
     }
 
-    /// A new sign-in of a live shopper (the token's hash).
+    /// A new sign-in of a live shopper (the token's hash), in a transaction of its own.
     pub async fn insert_sign_in(
         &self,
         token_hash: &str,
@@ -224,14 +259,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let (hash, account) = (token_hash.to_owned(), account_id.to_owned());
         self.write(move |tx| {
-            Box::pin(async move {
-                tx.execute(
-                    INSERT_SIGN_IN,
-                    &[Arg::Text(&hash), Arg::Text(&account), Arg::Int(now_ms)],
-                )
-                .await
-                .map(|_| ())
-            })
+            Box::pin(async move { tx.insert_sign_in(&hash, &account, now_ms).await })
         })
         .await
     }
@@ -414,7 +442,81 @@ impl Tx {
         .await
     }
 
-    /// A new live shopper (its account made already); `false` if the e-mail has one.
+    /// A live shopper by e-mail, inside a transaction.
+    pub async fn shopper_by_email(
+        &mut self,
+        email: &str,
+    ) -> Result<Option<ShopperLogin>, StoreError> {
+        self.fetch_optional(SHOPPER_BY_EMAIL, &[Arg::Text(email)], ShopperLogin::read)
+            .await
+    }
+
+    pub async fn insert_sign_in(
+        &mut self,
+        token_hash: &str,
+        account_id: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            INSERT_SIGN_IN,
+            &[
+                Arg::Text(token_hash),
+                Arg::Text(account_id),
+                Arg::Int(now_ms),
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// A shopper from before confirmation confirms its address with the password chosen with the
+    /// code; `false` if it was confirmed meanwhile.
+    pub async fn confirm_shopper(
+        &mut self,
+        account_id: &str,
+        password_hash: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let confirmed = self
+            .execute(
+                CONFIRM_SHOPPER,
+                &[
+                    Arg::Text(account_id),
+                    Arg::Text(password_hash),
+                    Arg::Int(now_ms),
+                ],
+            )
+            .await?;
+        Ok(confirmed == 1)
+    }
+
+    pub async fn set_password(
+        &mut self,
+        account_id: &str,
+        password_hash: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            SET_PASSWORD,
+            &[Arg::Text(account_id), Arg::Text(password_hash)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Ends every sign-in of the account; how many there were.
+    pub async fn revoke_all_sign_ins(
+        &mut self,
+        account_id: &str,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        self.execute(
+            REVOKE_ALL_SIGN_INS,
+            &[Arg::Text(account_id), Arg::Int(now_ms)],
+        )
+        .await
+    }
+
+    /// A new live shopper, confirmed (its account made already); `false` if the e-mail has one.
     pub async fn insert_shopper(
         &mut self,
         account_id: &str,

@@ -13,10 +13,26 @@ pub const INSERT_DEPOSIT_LEDGER: &str = "\
     INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, deposit_id, created_at) \
     VALUES ($1, $2, 'deposit', $3, $4, $5, $6)";
 
-/// A live shopper by e-mail, inside a transaction: the account and its mode.
+/// A live shopper by e-mail, inside a transaction: the account, its address, whether it is
+/// confirmed.
 pub const LIVE_SHOPPER_BY_EMAIL: &str = "\
-    SELECT s.account_id FROM shoppers s JOIN accounts a ON a.account_id = s.account_id \
+    SELECT s.account_id, s.email, s.confirmed_at FROM shoppers s \
+      JOIN accounts a ON a.account_id = s.account_id \
      WHERE s.email = $1 AND a.livemode = 1";
+
+/// The same, by account id.
+pub const LIVE_SHOPPER_BY_ACCOUNT: &str = "\
+    SELECT s.account_id, s.email, s.confirmed_at FROM shoppers s \
+      JOIN accounts a ON a.account_id = s.account_id \
+     WHERE s.account_id = $1 AND a.livemode = 1";
+
+/// Who a deposit would go to.
+pub struct LiveShopper {
+    pub account_id: String,
+    pub email: String,
+    /// Only a confirmed address receives money.
+    pub confirmed: bool,
+}
 
 pub struct NewDeposit<'a> {
     pub deposit_id: &'a str,
@@ -28,12 +44,23 @@ pub struct NewDeposit<'a> {
 }
 
 impl Tx {
-    pub async fn live_shopper_by_email(
+    /// A live shopper by e-mail, or by account id when `by_account`.
+    pub async fn live_shopper(
         &mut self,
-        email: &str,
-    ) -> Result<Option<String>, StoreError> {
-        self.fetch_optional(LIVE_SHOPPER_BY_EMAIL, &[Arg::Text(email)], |row| {
-            row.text("account_id")
+        email_or_account: &str,
+        by_account: bool,
+    ) -> Result<Option<LiveShopper>, StoreError> {
+        let statement = if by_account {
+            LIVE_SHOPPER_BY_ACCOUNT
+        } else {
+            LIVE_SHOPPER_BY_EMAIL
+        };
+        self.fetch_optional(statement, &[Arg::Text(email_or_account)], |row| {
+            Ok(LiveShopper {
+                account_id: row.text("account_id")?,
+                email: row.text("email")?,
+                confirmed: row.opt_int("confirmed_at")?.is_some(),
+            })
         })
         .await
     }

@@ -10,6 +10,7 @@
 
 pub mod accounts;
 pub mod deposits;
+pub mod email_codes;
 pub mod events;
 pub mod invariants;
 pub mod keys;
@@ -26,7 +27,7 @@ use std::time::Duration;
 
 use checkout_idempotency::{Classify, Failure, Finish, Work};
 
-pub use accounts::{AccountKind, AccountRow, ShopRow, TokenHolder};
+pub use accounts::{AccountKind, AccountRow, ShopRow, ShopperLogin, TokenHolder};
 pub use deposits::NewDeposit;
 pub use events::{EventRow, EventSettled, NewEvent, OutboxBacklog, UnpublishedEvent};
 pub use payments::{

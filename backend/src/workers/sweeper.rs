@@ -1,5 +1,5 @@
-//! The background task that deletes expired idempotency keys and live shoppers' sign-ins that
-//! ended, in small batches, and closes checkout sessions that lapsed unpaid (telling their
+//! The background task that deletes expired idempotency keys, live shoppers' sign-ins that
+//! ended and e-mail codes that expired, in small batches, and closes checkout sessions that lapsed unpaid (telling their
 //! shops). Ledger, payments and refunds are
 //! never swept.
 
@@ -40,6 +40,12 @@ pub fn spawn(
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "swept ended sign-ins"),
                 Err(error) => tracing::warn!(%error, "sweeping sign-ins failed; will retry"),
+            }
+            // E-mail codes live minutes and are few: one statement.
+            match store.sweep_expired_codes(now_ms()).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "swept expired e-mail codes"),
+                Err(error) => tracing::warn!(%error, "sweeping e-mail codes failed; will retry"),
             }
             match expire_sessions(&store).await {
                 Ok(0) => {}
