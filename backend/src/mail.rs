@@ -67,17 +67,20 @@ impl Mailer {
     }
 }
 
-/// The text as UTF-8 in 8 bits, its lines folded at spaces to 76 bytes (what 8-bit mail allows),
+/// The text as UTF-8 in 8 bits, its lines folded at spaces under 76 bytes with their CRLF (what
+/// lettre lets go as 8-bit),
 /// so that it reads as it is in a mailbox file; every SMTP server of this century takes
 /// 8BITMIME. A text that cannot be folded so (a word longer than a line) goes as lettre chooses
 /// (base64).
-fn readable_body(text: &str) -> Body {
+const MAX_LINE_BYTES: usize = 72;
+
+pub(crate) fn readable_body(text: &str) -> Body {
     let mut folded = String::with_capacity(text.len() + text.len() / 32);
     for line in text.split('\n') {
         let mut width = 0;
         for (n, word) in line.split(' ').enumerate() {
             if n > 0 {
-                if width + 1 + word.len() > 75 {
+                if width + 1 + word.len() > MAX_LINE_BYTES {
                     folded.push_str("\r\n");
                     width = 0;
                 } else {

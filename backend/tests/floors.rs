@@ -4,7 +4,7 @@
 //! | floor | modules | may use of ours |
 //! |---|---|---|
 //! | 0 | `ids`, `clock`, `metrics` | nothing (leaves anyone may call) |
-//! | 1 | `store` | floor 0 |
+//! | 1 | `store`, `mail` | floor 0 |
 //! | 2 | `operations` | floors 0–1 |
 //! | 3 | `workers` | floors 0–2 |
 //! | 4 | `api` | floors 0–3 |

@@ -168,4 +168,24 @@ mod tests {
         );
         assert!(codes.len() > 190, "{}", codes.len());
     }
+
+    /// Every mail reads as it is in a mailbox (8-bit UTF-8), not as base64.
+    #[test]
+    fn every_mail_goes_readable() {
+        use lettre::message::header::ContentTransferEncoding;
+        for mail in [
+            sign_up_code("123456"),
+            already_signed_up(),
+            recovery_code("123456"),
+            nothing_to_recover(),
+        ] {
+            let body = crate::mail::readable_body(&mail.text);
+            assert_eq!(
+                body.encoding(),
+                ContentTransferEncoding::EightBit,
+                "{}",
+                mail.text
+            );
+        }
+    }
 }
