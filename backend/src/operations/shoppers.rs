@@ -107,10 +107,7 @@ pub async fn sign_up(
     let code = email_codes::new_code();
     let password_hash = passwords::hash(password.to_owned()).await?;
     let code_hash = passwords::hash(code.clone()).await?;
-    let confirmed = store
-        .shopper_by_email(&email)
-        .await?
-        .is_some_and(|shopper| shopper.confirmed);
+    let confirmed = has_confirmed_account(store, &email).await?;
     let mail = if confirmed {
         email_codes::already_signed_up()
     } else {
@@ -128,6 +125,12 @@ pub async fn sign_up(
     };
     email_codes::send(mailer, &email, mail).await?;
     Ok(code_sent())
+}
+
+/// Whether the address has an account whose owner proved it.
+async fn has_confirmed_account(store: &Store, email: &str) -> Result<bool, ApiError> {
+    let shopper = store.shopper_by_email(email).await?;
+    Ok(shopper.is_some_and(|shopper| shopper.confirmed))
 }
 
 fn code_sent() -> CodeSent {
@@ -210,10 +213,7 @@ pub async fn request_recovery(
     let email = normalize_email(email)?;
     let code = email_codes::new_code();
     let code_hash = passwords::hash(code.clone()).await?;
-    let confirmed = store
-        .shopper_by_email(&email)
-        .await?
-        .is_some_and(|shopper| shopper.confirmed);
+    let confirmed = has_confirmed_account(store, &email).await?;
     let mail = if confirmed {
         let now_ms = clock::now_ms();
         email_codes::keep(store, &email, Purpose::Recovery, &code_hash, None, now_ms).await?;
