@@ -19,6 +19,7 @@ CHECKOUT_RABBITMQ_BIN="${CHECKOUT_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
 AXE_CORE_VERSION=4.14.1
+ESBUILD_VERSION=0.25.12
 SCHEMATHESIS_VERSION=4.32.5
 AIOSMTPD_VERSION=1.4.6
 
@@ -103,6 +104,13 @@ wasm_opt() { printf '%s\n' "$CHECKOUT_ROOT/tools/node_modules/.bin/wasm-opt"; }
 
 has_wasm_opt() {
     [[ "$(version_of "$(wasm_opt)" --version)" == *"version $BINARYEN_VERSION"* ]]
+}
+
+# esbuild: minifies the JavaScript wasm-bindgen writes (a fifth of the frame's transfer).
+esbuild() { printf '%s\n' "$CHECKOUT_ROOT/tools/node_modules/.bin/esbuild"; }
+
+has_esbuild() {
+    [[ "$(version_of "$(esbuild)" --version)" == "$ESBUILD_VERSION" ]]
 }
 
 # axe-core: the accessibility engine the browser tests run in the payment frame (a script,
@@ -190,12 +198,13 @@ install_tools() {
         verify "installing wasm-bindgen-cli $want" has_wasm_bindgen
     fi
 
-    # wasm-opt: binaryen 132 from npm (Debian's 108 breaks wasm-bindgen's output); axe-core
-    # beside it. One locked `npm ci` brings both.
-    if ! has_wasm_opt || ! has_axe_core; then
-        step "installing binaryen $BINARYEN_VERSION (wasm-opt) and axe-core $AXE_CORE_VERSION from npm into tools/" \
+    # wasm-opt: binaryen 132 from npm (Debian's 108 breaks wasm-bindgen's output); esbuild and
+    # axe-core beside it. One locked `npm ci` brings all three.
+    if ! has_wasm_opt || ! has_esbuild || ! has_axe_core; then
+        step "installing binaryen $BINARYEN_VERSION (wasm-opt), esbuild $ESBUILD_VERSION and axe-core $AXE_CORE_VERSION from npm into tools/" \
             npm ci --prefix "$CHECKOUT_ROOT/tools" --no-audit --no-fund --silent
         verify "installing binaryen $BINARYEN_VERSION" has_wasm_opt
+        verify "installing esbuild $ESBUILD_VERSION" has_esbuild
         verify "installing axe-core $AXE_CORE_VERSION" has_axe_core
     fi
     # Schemathesis (the schema-driven fuzz), from PyPI into a virtual environment of its own.
@@ -209,14 +218,36 @@ install_tools() {
             install_aiosmtpd
         verify "installing aiosmtpd $AIOSMTPD_VERSION" has_aiosmtpd
     fi
-    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), axe-core $AXE_CORE_VERSION, $(version_of chromium --version), $(version_of "$(schemathesis)" --version), $(version_of "$(aiosmtpd)" --version)"
+    say "tools ready: $(version_of trunk --version), $(version_of wasm-bindgen --version), $(version_of "$(wasm_opt)" --version), esbuild $ESBUILD_VERSION, axe-core $AXE_CORE_VERSION, $(version_of chromium --version), $(version_of "$(schemathesis)" --version), $(version_of "$(aiosmtpd)" --version)"
 }
 
-# The widget, release-built into dist/: smallest code (opt-level z, LTO, wasm-opt -Oz).
+# The widget, release-built into dist/: smallest code (opt-level z, LTO, wasm-opt -Oz); then
+# the account window (a binary of its own, served at /account) into dist/account/ (after the
+# widget: Trunk empties its dist/ first).
 build_widget() {
-    # Source paths in panic locations, shortened: bytes every shopper would download.
-    local registry="${CARGO_HOME:-$HOME/.cargo}/registry/src/"
-    RUSTFLAGS="--remap-path-prefix=$registry= --remap-path-prefix=$CHECKOUT_ROOT/=" \
+    # Source paths in panic locations, shortened to the crate's own (`leptos-0.8.23/src/…`,
+    # `core/src/…`): bytes every shopper would download.
+    local registry="${CARGO_HOME:-$HOME/.cargo}/registry/src" remaps dir
+    remaps="--remap-path-prefix=$CHECKOUT_ROOT/="
+    for dir in "$registry"/*/; do
+        remaps+=" --remap-path-prefix=$dir="
+    done
+    local sysroot
+    sysroot=$(rustc --print sysroot)
+    remaps+=" --remap-path-prefix=$sysroot/lib/rustlib/src/rust/library/="
+    remaps+=" --remap-path-prefix=/rustc/$(rustc -vV | sed -n 's/^commit-hash: //p')/library/="
+    RUSTFLAGS="$remaps" \
         step "building the widget into dist/" \
-        trunk build --offline --release --cargo-profile wasm-release
+        trunk build --offline --release --cargo-profile wasm-release --no-sri true
+    RUSTFLAGS="$remaps" \
+        step "building the account window into dist/account/" \
+        trunk build --offline --release --cargo-profile wasm-release --no-sri true \
+        --dist dist/account --public-url /account/ frontend/account.html
+    # wasm-bindgen's JavaScript, minified in place (Trunk only minifies HTML and CSS): 6.9 KB
+    # of the frame's transfer become 5.2. (Hence no SRI hashes: they would name the unminified.)
+    local script
+    for script in "$CHECKOUT_ROOT"/dist/checkout-*.js "$CHECKOUT_ROOT"/dist/account/checkout-*.js; do
+        step "minifying $(basename "$script")" \
+            "$(esbuild)" --minify --format=esm --log-level=warning "--outfile=$script" --allow-overwrite "$script"
+    done
 }

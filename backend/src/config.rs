@@ -317,6 +317,16 @@ pub struct Config {
     )]
     pub mail_from: String,
 
+    /// The checkout's public origin, as shoppers' browsers reach it (`https://pay.example.ru`):
+    /// the passkeys' relying party (its host is their RP ID; a passkey works on no other site).
+    /// `http://localhost` (the default) accepts any port: for development and tests.
+    #[arg(
+        long = "public-origin",
+        env = "CHECKOUT_PUBLIC_ORIGIN",
+        default_value = "http://localhost"
+    )]
+    pub public_origin: url::Url,
+
     /// Checks the books' invariants every this many seconds (as `checkout-server verify`
     /// does), exporting `checkout_invariant_violations{invariant}`; unset: never.
     #[arg(long = "verify-secs", env = "CHECKOUT_VERIFY_SECS",

@@ -70,6 +70,8 @@ pub enum StartError {
     Serve(std::io::Error),
     #[error("{0}")]
     Mail(String),
+    #[error("CHECKOUT_PUBLIC_ORIGIN: {0}")]
+    PublicOrigin(String),
 }
 
 /// Connects, migrates, serves until SIGTERM or Ctrl-C, then lets in-flight requests finish.
@@ -148,6 +150,10 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         site: Arc::new(api::assets::Site::open(&config.static_dir)),
         limits: Arc::new(api::limits::Limits::new(config.limits())),
         mailer,
+        passkeys: Arc::new(
+            operations::passkeys::RelyingParty::new(&config.public_origin)
+                .map_err(StartError::PublicOrigin)?,
+        ),
     };
     app.site.warm();
     if let Some(metrics_addr) = config.metrics_addr {

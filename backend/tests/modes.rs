@@ -26,6 +26,8 @@ checkout_testkit::on_both_databases!(
     a_code_expires_and_locks_after_its_tries,
     recovery_sets_a_new_password_and_ends_every_old_sign_in,
     a_shopper_from_before_codes_is_neither_funded_nor_paid_for_until_confirmed,
+    a_passwordless_account_opens_only_by_code_or_passkey,
+    a_passkey_answer_is_checked_and_its_ceremony_used_once,
 );
 
 const PASSWORD: &str = "correct horse battery";
@@ -742,5 +744,155 @@ async fn a_shopper_from_before_codes_is_neither_funded_nor_paid_for_until_confir
         .assert_problem(401, "unauthorized");
     let (ok, deposit) = server.deposit(email, 100, &new_key()).await;
     assert!(ok, "{deposit}");
+    db.assert_invariants().await;
+}
+
+/// A sign-up with no password: the code makes the account (signed in, to make a passkey next),
+/// and no password at all opens it. A recovery with no password ends every sign-in and starts
+/// one (for a new passkey), and still no password opens it.
+async fn a_passwordless_account_opens_only_by_code_or_passkey(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    let email = "vera@example.ru";
+    let mail = api
+        .mailed_after(email, async {
+            let asked = api
+                .send(api.post("/api/shoppers", None, &json!({ "email": email })))
+                .await
+                .unwrap();
+            assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
+        })
+        .await;
+    let confirmed = api.confirm(email, &mail.code().unwrap()).await;
+    assert_eq!(confirmed.status, StatusCode::CREATED, "{}", confirmed.body);
+    let first = Api {
+        token: Some(confirmed.json()["token"].as_str().unwrap().to_owned()),
+        ..api.clone()
+    };
+    assert_eq!(first.get("/api/account").await.json()["balance"], 0);
+    assert_eq!(
+        first.get("/api/shoppers/passkeys").await.json(),
+        json!({"passkeys": []})
+    );
+    for guess in ["", "nopassword_", PASSWORD] {
+        api.sign_in(email, guess)
+            .await
+            .assert_problem(401, "invalid_credentials");
+    }
+
+    let mail = api
+        .mailed_after(email, async {
+            let asked = api
+                .send(api.post("/api/shoppers/recovery", None, &json!({ "email": email })))
+                .await
+                .unwrap();
+            assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
+        })
+        .await;
+    let recovered = api
+        .send(api.post(
+            "/api/shoppers/recovery/confirm",
+            None,
+            &json!({"email": email, "code": mail.code().unwrap()}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(recovered.status, StatusCode::OK, "{}", recovered.body);
+    first
+        .get("/api/account")
+        .await
+        .assert_problem(401, "unauthorized");
+    let now = Api {
+        token: Some(recovered.json()["token"].as_str().unwrap().to_owned()),
+        ..api.clone()
+    };
+    assert_eq!(now.get("/api/account").await.status, StatusCode::OK);
+    api.sign_in(email, PASSWORD)
+        .await
+        .assert_problem(401, "invalid_credentials");
+    db.assert_invariants().await;
+}
+
+/// The passkey ceremonies as a client that is not a browser would drive them: a challenge in
+/// WebAuthn's JSON form; an answer that does not verify is `400 passkey_rejected`, and uses the
+/// ceremony up (the right answer after it would find none); an unknown ceremony is refused the
+/// same way. Registering is a live shopper's only; a test shopper is `403`, a stranger `401`.
+async fn a_passkey_answer_is_checked_and_its_ceremony_used_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    let challenge = api
+        .send(api.post("/api/shoppers/passkeys/authentication", None, &json!({})))
+        .await
+        .unwrap();
+    assert_eq!(challenge.status, StatusCode::OK, "{}", challenge.body);
+    let challenge = challenge.json();
+    let options = &challenge["options"]["publicKey"];
+    assert!(
+        options["challenge"].as_str().unwrap().len() >= 43,
+        "{options}"
+    );
+    assert_eq!(options["rpId"], "localhost");
+    assert_eq!(options["userVerification"], "required");
+    // A well-formed answer signed by no passkey anyone registered.
+    let forged = json!({
+        "id": "AAAA", "rawId": "AAAA", "type": "public-key",
+        "response": {
+            "clientDataJSON": "e30", "authenticatorData": "AAAA", "signature": "AAAA",
+            "userHandle": "AAAAAAAAAAAAAAAAAAAAAA"
+        },
+        "clientExtensionResults": {}
+    });
+    let answer = |ceremony: Value| {
+        let (api, forged) = (api.clone(), forged.clone());
+        async move {
+            api.send(api.post(
+                "/api/shoppers/passkeys/sign-in",
+                None,
+                &json!({"ceremony_id": ceremony, "credential": forged}),
+            ))
+            .await
+            .unwrap()
+        }
+    };
+    answer(challenge["ceremony_id"].clone())
+        .await
+        .assert_problem(400, "passkey_rejected");
+    let again = answer(challenge["ceremony_id"].clone()).await;
+    again.assert_problem(400, "passkey_rejected");
+    assert!(again.body.contains("expired or used"), "{}", again.body);
+    answer(json!("pkc_unknown"))
+        .await
+        .assert_problem(400, "passkey_rejected");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM passkey_ceremonies").await,
+        0
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sign_ins").await, 0);
+
+    let stranger = api.post("/api/shoppers/passkeys/registration", None, &json!({}));
+    api.send(stranger)
+        .await
+        .unwrap()
+        .assert_problem(401, "unauthorized");
+    let test_shopper = Api {
+        token: Some(api.shopper_token().await),
+        ..api.clone()
+    };
+    test_shopper
+        .send(test_shopper.post("/api/shoppers/passkeys/registration", None, &json!({})))
+        .await
+        .unwrap()
+        .assert_problem(403, "forbidden");
+    let live = api.live_shopper("pavel@example.ru", PASSWORD).await;
+    let begun = live
+        .send(live.post("/api/shoppers/passkeys/registration", None, &json!({})))
+        .await
+        .unwrap();
+    assert_eq!(begun.status, StatusCode::OK, "{}", begun.body);
+    let options = &begun.json()["options"]["publicKey"];
+    assert_eq!(options["user"]["name"], "pavel@example.ru");
+    assert_eq!(options["authenticatorSelection"]["residentKey"], "required");
     db.assert_invariants().await;
 }

@@ -24,6 +24,11 @@ const PAGE: &str = "<!doctype html><html lang=\"ru\"><head><title>Оплата</
     <script type=\"module\">import init from '/app-0123456789abcdef.js';init();</script></head>\
     <body></body></html>";
 
+/// The account window's page, built beside it (`account/`), with an inline loader of its own.
+const ACCOUNT_PAGE: &str = "<!doctype html><html lang=\"ru\"><head><title>Вход</title>\
+    <script type=\"module\">import init from '/account/acc-0123456789abcdef.js';init();</script>\
+    </head><body></body></html>";
+
 fn site() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("index.html"), PAGE).unwrap();
@@ -34,6 +39,8 @@ fn site() -> tempfile::TempDir {
         code.as_bytes(),
     )
     .unwrap();
+    std::fs::create_dir(dir.path().join("account")).unwrap();
+    std::fs::write(dir.path().join("account/index.html"), ACCOUNT_PAGE).unwrap();
     std::fs::create_dir(dir.path().join("v1")).unwrap();
     std::fs::write(
         dir.path().join("v1/checkout.js"),
@@ -361,12 +368,40 @@ async fn files_are_compressed_as_accepted_and_cached_by_their_names() {
     );
     let (_, headers, _) = fetch("/app-0123456789abcdef_bg.wasm", "br").await;
     assert_eq!(header(&headers, "access-control-allow-origin"), None);
-    // Nothing outside the directory; the page only as `/pay/{id}` (with its policy).
+    // The account window: top-level only, its own inline script allowed (not the payment
+    // page's), asked afresh each time; opener kept (no COOP: it hands the sign-in back).
+    let (status, headers, body) = fetch("/account", "br").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(String::from_utf8_lossy(&body), ACCOUNT_PAGE);
+    let policy = header(&headers, "content-security-policy").unwrap();
+    assert!(policy.ends_with("frame-ancestors 'none'"), "{policy}");
+    let own = checkout_backend::api::assets::inline_scripts(ACCOUNT_PAGE)
+        .next()
+        .unwrap();
+    let pay = checkout_backend::api::assets::inline_scripts(PAGE)
+        .next()
+        .unwrap();
+    let hash = |script: &str| {
+        use base64::Engine;
+        use sha2::Digest;
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(script))
+    };
+    assert!(policy.contains(&hash(own)), "{policy}");
+    assert!(!policy.contains(&hash(pay)), "{policy}");
+    assert_eq!(header(&headers, "x-frame-options").as_deref(), Some("DENY"));
+    assert_eq!(
+        header(&headers, "cache-control").as_deref(),
+        Some("no-cache")
+    );
+    assert_eq!(header(&headers, "cross-origin-opener-policy"), None);
+    // Nothing outside the directory; the pages only as `/pay/{id}` and `/account` (with their
+    // policies).
     for outside in [
         "/../Cargo.toml",
         "/%2e%2e/Cargo.toml",
         "/.hidden",
         "/index.html",
+        "/account/index.html",
         "/nothing.js",
     ] {
         let (status, _, _) = fetch(outside, "br").await;

@@ -580,26 +580,18 @@ async fn assert_no_violations(c: &Checkout, view: &str) {
     assert_eq!(violations, &json!([]), "axe in the {view} view");
 }
 
-/// Live money in the frame: a shopper signs up in it («Создать счёт», then the code the mail
-/// brought), is funded by the
-/// operator (the same deposit sent twice is one), signs out («Выйти»: that sign-in's token is
-/// refused from then on), signs in again («Войти»), and pays a live session: one debit, the
-/// shop's live account credited, its live event says `livemode: true`, the page hears one
-/// `checkout:paid`. A test session's frame says it is test money; a live one does not.
+/// Live money in the frame: the frame offers only «Войти», which opens the account window (a
+/// tab of its own on the checkout's origin: the password and the code are never typed in the
+/// shop's frame). There the shopper signs up («Создать счёт», then the code the mail brought),
+/// declines a passkey for now, and the window closes: the frame is signed in. The operator
+/// funds the shopper (the same deposit sent twice is one); «Выйти» in the frame (that sign-in's
+/// token is refused from then on); «Войти» again with the password, and pay a live session:
+/// one debit, the shop's live account credited, its live event says `livemode: true`, the page
+/// hears one `checkout:paid`. A test session's frame says it is test money; a live one does not.
 async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     let c = Checkout::start(backend, "", &[]).await;
     let shop = c.server.add_shop("Живая лавка").await;
-    let made = shop
-        .live_api
-        .send(shop.live_api.post(
-            "/api/checkout-sessions",
-            Some(&checkout_testkit::new_key()),
-            &json!({"order_id": "LIVE-FRAME", "amount": 45_000}),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(made.status.as_u16(), 201, "{}", made.body);
-    let live = made.json()["session_id"].as_str().unwrap().to_owned();
+    let live = live_session(&shop, "LIVE-FRAME", 45_000).await;
     let test = shop.session("TEST-FRAME", 10_000).await;
     let page = serve_shop_page(shop_html(
         &c.server.base,
@@ -611,40 +603,47 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     register_origins(&c, &shop, &[&page]).await;
     c.browser.goto(&page).await.unwrap();
 
-    // The test frame says so; the live one asks to sign in and offers no «Оплатить».
+    // The test frame says so; the live one offers «Войти» (a link to the account window) and no
+    // «Оплатить», and no field to type a secret into.
     c.enter_frame_in("#t").await;
     let said = c
         .js("return getComputedStyle(document.querySelector('.card'), '::before').content;")
         .await;
     assert!(said.as_str().unwrap().contains("Тестовый режим"), "{said}");
     c.enter_frame_in("#a").await;
-    c.wait_for("#sign-in:not([hidden]) #sign-in-email").await;
+    c.wait_for("a.sign-in-open").await;
     let said = c
         .js("return getComputedStyle(document.querySelector('.card'), '::before').content;")
         .await;
     assert_eq!(said, json!("none"));
     assert_eq!(c.count("button.pay").await, 0);
+    assert_eq!(c.count("input").await, 0, "no field in the shop's frame");
+    assert_no_violations(&c, "live-sign-in").await;
     c.on_top().await;
     c.screenshot("live-frame-sign-in").await;
     c.enter_frame_in("#a").await;
 
-    // Sign-up in the frame.
+    // «Войти»: the account window, top-level on the checkout's origin.
     let email = "mila@example.ru";
     let password = "пароль-надёжный";
-    c.type_into("#sign-in-email", email).await;
-    c.type_into("#sign-in-password", password).await;
+    let shop_window = c.enter_window_opened_by("a.sign-in-open").await;
+    c.wait_for("#account-email").await;
+    assert_eq!(c.url().await, format!("{}/account", c.server.base));
+    c.type_into("#account-email", email).await;
+    c.type_into("#account-password", password).await;
     let mailbox = checkout_testkit::mail::receiver();
-    c.click_soon("#sign-up").await;
+    c.click_soon(".sign-up").await;
     // The code arrives by mail (a real SMTP server), and only it makes the account.
-    c.wait_for("#confirm:not([hidden]) #confirm-code").await;
+    c.wait_for("#account-code").await;
     let mail = mailbox.nth_mail(email, Some(&c.server.mail_from), 1).await;
     let code = mail.code().expect("the mail carries the code");
-    assert_no_violations(&c, "live-code").await;
-    c.on_top().await;
-    c.screenshot("live-frame-code").await;
-    c.enter_frame_in("#a").await;
-    c.type_into("#confirm-code", &code).await;
+    c.type_into("#account-code", &code).await;
     c.click_soon(".confirm-submit").await;
+    // Signed in: a passkey for this device is offered; not now.
+    c.wait_for(".skip-passkey").await;
+    c.click_soon(".skip-passkey").await;
+    c.after_window_closes(shop_window.clone()).await;
+    c.enter_frame_in("#a").await;
     c.wait_for(".sign-out").await;
     c.wait_for_text(".balance", "0,00").await;
     let first_token = c
@@ -654,9 +653,9 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
         .unwrap()
         .to_owned();
 
-    // «Выйти»: the form again, and that token no longer works.
+    // «Выйти»: «Войти» again, and that token no longer works.
     c.click_soon(".sign-out").await;
-    c.wait_for("#sign-in:not([hidden]) #sign-in-email").await;
+    c.wait_for("a.sign-in-open").await;
     let old = checkout_testkit::Api {
         token: Some(first_token),
         ..c.server.api()
@@ -674,10 +673,15 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     }
     assert_eq!(c.db.scalar("SELECT COUNT(*) FROM deposits").await, 1);
 
-    // «Войти», and pay.
-    c.type_into("#sign-in-email", email).await;
-    c.type_into("#sign-in-password", password).await;
+    // «Войти» with the password, and pay.
+    c.enter_window_opened_by("a.sign-in-open").await;
+    c.type_into("#account-email", email).await;
+    c.type_into("#account-password", password).await;
     c.click_soon(".sign-in-submit").await;
+    c.wait_for(".skip-passkey").await;
+    c.click_soon(".skip-passkey").await;
+    c.after_window_closes(shop_window).await;
+    c.enter_frame_in("#a").await;
     c.wait_for_text(".balance", "1 500,00").await;
     c.wait_for(PAY_ENABLED).await;
     c.click("button.pay", 1).await;
@@ -707,6 +711,21 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     assert_eq!(c.payments_in_db().await, 1);
     c.db.assert_invariants().await;
     let _ = c.browser.close().await;
+}
+
+/// A live checkout session of `shop`'s, for `order`: its id.
+async fn live_session(shop: &Shop, order: &str, amount: i64) -> String {
+    let made = shop
+        .live_api
+        .send(shop.live_api.post(
+            "/api/checkout-sessions",
+            Some(&checkout_testkit::new_key()),
+            &json!({"order_id": order, "amount": amount}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(made.status.as_u16(), 201, "{}", made.body);
+    made.json()["session_id"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

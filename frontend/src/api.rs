@@ -241,3 +241,45 @@ fn expires_in(headers: &Headers) -> Option<Duration> {
     let left = expires - now;
     (left.is_finite() && left >= 0.0).then(|| Duration::from_millis(left as u64))
 }
+
+/// A POST whose every answer the caller reads (the account window says each refusal in its own
+/// words): its status and body; `Err` when nothing came back.
+pub async fn post_json(
+    path: &str,
+    token: Option<&str>,
+    body: String,
+) -> Result<(u16, String), Failure> {
+    let mut call = Call::new("POST", path.to_owned()).body(body);
+    if let Some(token) = token {
+        call = call.token(token);
+    }
+    let response = call.send().await.map_err(|_| Failure::Unavailable)?;
+    let body = text(&response).await.map_err(|_| Failure::Unavailable)?;
+    Ok((response.status(), body))
+}
+
+/// Ends this sign-in on the server (an answer, or none, changes nothing here: the page forgets
+/// the token either way).
+pub async fn sign_out(token: &str) {
+    let _ = Call::new("POST", "/api/shoppers/sign-out".into())
+        .token(token)
+        .send()
+        .await;
+}
+
+/// A `2xx` body, or what the refusal means to the shopper, in Russian (by the problem's stable
+/// `code`).
+pub fn said(answer: Result<(u16, String), Failure>) -> Result<String, String> {
+    #[derive(serde::Deserialize)]
+    struct ProblemCode {
+        code: checkout_shared::ErrorCode,
+    }
+    match answer {
+        Ok((200..=299, text)) => Ok(text),
+        Ok((status, text)) => Err(match json::from_str::<ProblemCode>(&text) {
+            Some(problem) => crate::messages::account_refusal(problem.code).to_owned(),
+            None => crate::messages::status_refusal(status),
+        }),
+        Err(_) => Err(crate::messages::ACCOUNT_NO_CONNECTION.to_owned()),
+    }
+}

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use crate::checkout::{self, Checkout, HostEvent, Order, Read, Seed, SessionState, payment_status};
 use crate::intent::{Intent, Phase, Resume, RetryPolicy, WhenForgotten};
-use crate::{api, frame, json, messages, shopper, storage, tabs};
+use crate::{api, frame, json, messages, shopper, sign_in, storage, tabs};
 
 /// Lookups and fetches that find no server are retried this many times before the shopper is
 /// told (nothing is lost: the intent stays pending).
@@ -626,6 +626,12 @@ fn App(mode: Mode) -> impl IntoView {
             _ => payment_status(&c.payment),
         })
     };
+    // Live: «Войти» (the account window, which gives this page the sign-in), or «Выйти».
+    let signed_in_live = live && widget.session.with_untracked(Option::is_some);
+    let (sign_in_url, sign_in_target) = sign_in::link(full_page);
+    if signed_in_live {
+        sign_in::offer_sign_out(widget.token());
+    }
     let title = widget.id("checkout-title");
     let account = if live {
         "Счёт: "
@@ -640,11 +646,14 @@ fn App(mode: Mode) -> impl IntoView {
                 {move || {
                     let settled = widget.checkout.with(Checkout::is_settled);
                     if settled { view! { <Outcome widget /> }.into_any() }
-                    // A live session with no shopper signed in on this tab: «Войти». The form and
-                    // «Выйти» are the page's own (`index.html`, and `live.js`, which the server
-                    // adds to a live session's page): every byte of the widget is downloaded by
-                    // every shopper, and most never sign in.
-                    else if live && widget.session.with(Option::is_none) { view! { <div class="sign-in-slot"></div> }.into_any() }
+                    // A live session with no shopper signed in on this tab: «Войти», which opens
+                    // the account window (the password is never typed in a shop's frame).
+                    else if live && widget.session.with(Option::is_none) { view! {
+                        <div class="sign-in">
+                            <p>"Заказ оплачивается настоящими деньгами: войдите в свой счёт или создайте его."</p>
+                            <a class="sign-in-open" href=sign_in_url.clone() target=sign_in_target rel="opener">"Войти"</a>
+                        </div>
+                    }.into_any() }
                     else { view! { <PayPanel widget /> }.into_any() }
                 }}
                 <footer class="account">
@@ -655,6 +664,7 @@ fn App(mode: Mode) -> impl IntoView {
                         }.into_any(),
                         (None, None) => view! { <span>{account}"…"</span> }.into_any(),
                     }}
+                    {signed_in_live.then(|| view! { <button type="button" class="sign-out">"Выйти"</button> })}
                 </footer>
             </section>
     };

@@ -9,7 +9,12 @@
 //!   message-less serde decoder, keeps the widget small);
 //! - `app`, `api`, `storage`, `tabs`, `frame` (wasm32 only): the Leptos component wiring that
 //!   state to signals, `sessionStorage`, the other tabs (Web Locks, BroadcastChannel), the
-//!   network, and the shop's page that framed it (`postMessage` to that one origin).
+//!   network, and the shop's page that framed it (`postMessage` to that one origin);
+//! - `sign_in` (wasm32): a live payment page's «Войти» (it opens the account window and takes
+//!   the sign-in back from it) and «Выйти»;
+//! - [`account`] and `passkeys` (wasm32): the account window, `/account`, a binary of its own
+//!   (`checkout-account`): the only page where a live shopper types a password or a code, or
+//!   uses a passkey.
 //!
 //! The widget runs on the checkout's own origin, on the payment page `/pay/{session_id}`: in a
 //! frame of the shop's page (made by `v1/checkout.js`), or as a full page that returns the
@@ -26,6 +31,8 @@ pub mod json;
 pub mod messages;
 
 #[cfg(target_arch = "wasm32")]
+pub mod account;
+#[cfg(target_arch = "wasm32")]
 mod api;
 #[cfg(target_arch = "wasm32")]
 mod app;
@@ -34,7 +41,11 @@ mod decode;
 #[cfg(target_arch = "wasm32")]
 mod frame;
 #[cfg(target_arch = "wasm32")]
+mod passkeys;
+#[cfg(target_arch = "wasm32")]
 mod shopper;
+#[cfg(target_arch = "wasm32")]
+mod sign_in;
 #[cfg(target_arch = "wasm32")]
 pub mod storage;
 #[cfg(target_arch = "wasm32")]

@@ -36,18 +36,46 @@ pub fn refusal(code: ErrorCode) -> String {
         ErrorCode::ServiceUnavailable => "сервис временно недоступен",
         ErrorCode::InternalError => "ошибка на сервере",
         // The widget pays with a shopper of the session's own mode, and one request at a time:
-        // these two are not expected here. Sign-in, sign-up and their codes are answered to the
-        // page's own script (`live.js`), which says them in its words.
+        // these two are not expected here. Sign-in, sign-up and their codes are answered in the
+        // account window ([`account_refusal`]).
         ErrorCode::LivemodeMismatch
         | ErrorCode::TooManyRequests
         | ErrorCode::InvalidCredentials
         | ErrorCode::InvalidCode
         | ErrorCode::EmailUnconfirmed
         | ErrorCode::MailUnavailable
+        | ErrorCode::PasskeyRejected
         | ErrorCode::Unknown => "сервер отказал",
     }
     .to_owned()
 }
+
+/// The account window's refusals (sign-in, sign-up, codes, passkeys), as whole sentences.
+pub fn account_refusal(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidCredentials => "Неверная почта или пароль.",
+        ErrorCode::EmailUnconfirmed => {
+            "Почта не подтверждена: нажмите «Создать счёт», и мы пришлём код."
+        }
+        ErrorCode::InvalidCode => "Код неверный или устарел. Запросите новый.",
+        ErrorCode::MailUnavailable => "Не удалось отправить письмо: попробуйте ещё раз.",
+        ErrorCode::TooManyRequests => "Слишком много попыток: подождите минуту.",
+        ErrorCode::InvalidRequest => "Проверьте почту; пароль — не меньше 8 знаков.",
+        ErrorCode::Unauthorized => "Вход истёк: войдите снова.",
+        ErrorCode::PasskeyRejected => {
+            "Ключ доступа не подошёл: он не от этого счёта или устарел. Войдите по паролю или восстановите доступ."
+        }
+        ErrorCode::ServiceUnavailable | ErrorCode::InternalError | ErrorCode::RequestTimeout => {
+            "Сервер не смог ответить: попробуйте ещё раз."
+        }
+        _ => "Сервер отказал: попробуйте ещё раз.",
+    }
+}
+
+pub const ACCOUNT_UNREADABLE: &str = "Сервер прислал непонятный ответ: попробуйте ещё раз.";
+pub const ACCOUNT_NO_CONNECTION: &str = "Нет связи с сервером: попробуйте ещё раз.";
+pub const PASSKEY_CANCELLED: &str =
+    "Ключ доступа не использован: окно устройства закрыто или время вышло. Попробуйте ещё раз.";
 
 /// A refusal without a problem body: only its status is known.
 pub fn status_refusal(status: u16) -> String {
@@ -84,10 +112,15 @@ mod tests {
             ErrorCode::InvalidCode,
             ErrorCode::EmailUnconfirmed,
             ErrorCode::MailUnavailable,
+            ErrorCode::PasskeyRejected,
             ErrorCode::Unknown,
         ];
         for text in codes.map(refusal) {
             assert!(!text.chars().any(|c| c.is_ascii_alphabetic()), "{text}");
+        }
+        for text in codes.map(account_refusal) {
+            assert!(!text.chars().any(|c| c.is_ascii_alphabetic()), "{text}");
+            assert!(text.ends_with('.'), "a whole sentence: {text}");
         }
     }
 }

@@ -26,6 +26,7 @@ fake() {
 fake_trunk() { fake "$1/trunk" "trunk 0.21.14"; }
 fake_wasm_bindgen() { fake "$1/wasm-bindgen" "wasm-bindgen $lock_version"; }
 fake_wasm_opt() { fake "$1/wasm-opt" "wasm-opt version 132 (version_132)"; }
+fake_esbuild() { fake "$1/esbuild" "0.25.12"; }
 fake_chromium() { fake "$1/chromium" "Chromium 156.0.8078.73"; }
 fake_chromedriver() { fake "$1/chromedriver" "ChromeDriver 156.0.8078.73"; }
 fake_postgres() { fake "$1/initdb" "initdb (PostgreSQL) 15"; fake "$1/pg_ctl" "pg_ctl (PostgreSQL) 15"; }
@@ -65,11 +66,12 @@ make_world() {
     done
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
-    { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_chromium fake_chromedriver \
+    { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_esbuild fake_chromium fake_chromedriver \
         fake_postgres fake_pgbouncer fake_rabbitmq fake_schemathesis fake_aiosmtpd fake_axe_core make_pip; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+    [[ $absent == *" esbuild "* ]] || fake_esbuild "$dir/root/tools/node_modules/.bin"
     [[ $absent == *" axe-core "* ]] || fake_axe_core "$dir/root/tools/node_modules"
     [[ $absent == *" chromium "* ]] || fake_chromium "$dir/bin"
     [[ $absent == *" chromedriver "* ]] || fake_chromedriver "$dir/bin"
@@ -117,6 +119,7 @@ STUB
 . "$dir/fakes.sh"
 echo "npm \$1" >>"$dir/installs"
 fake_wasm_opt "$dir/root/tools/node_modules/.bin"
+fake_esbuild "$dir/root/tools/node_modules/.bin"
 fake_axe_core "$dir/root/tools/node_modules"
 STUB
     # python3 -m venv DIR: a virtual environment whose pip records what it installs.
@@ -179,6 +182,7 @@ declare -A install_of=(
     [trunk]="cargo install trunk --version 0.21.14 --locked"
     [wasm-bindgen]="cargo install wasm-bindgen-cli --version $lock_version"
     [wasm-opt]="npm ci"
+    [esbuild]="npm ci"
     [axe-core]="npm ci"
     [chromium]="apt-get install chromium"
     [chromedriver]="apt-get install chromium-driver"
@@ -189,7 +193,7 @@ declare -A install_of=(
     [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
     [aiosmtpd]="pip install --quiet --disable-pip-version-check aiosmtpd==1.4.6"
 )
-for tool in trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd; do
+for tool in trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -202,7 +206,7 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd
+make_world "$dir" trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
     "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server" \

@@ -306,6 +306,17 @@ pub struct ShopperCredentials {
     pub password: String,
 }
 
+/// `POST /api/shoppers`: a live shopper signs up with an e-mail, and a password (or none: the
+/// account is then entered with a passkey, made right after the code, or by a recovery).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SignUp {
+    pub email: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+}
+
 /// `POST /api/shoppers/confirm`: the code mailed to the address at sign-up; right, it makes the
 /// account (with the password chosen at sign-up) and signs it in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -325,15 +336,56 @@ pub struct RecoveryRequest {
     pub email: String,
 }
 
-/// `POST /api/shoppers/recovery/confirm`: the recovery code and the new password; every earlier
-/// sign-in of the account ends.
+/// `POST /api/shoppers/recovery/confirm`: the recovery code and a new password (or none: the
+/// shopper makes a new passkey next, signed in by this); every earlier sign-in of the account
+/// ends.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Recovery {
     pub email: String,
     pub code: String,
-    pub password: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+}
+
+/// A WebAuthn challenge: `options` go to `navigator.credentials.create()` (a new passkey) or
+/// `.get()` (a sign-in) as they are (`{"publicKey": …}`, in WebAuthn's JSON form); the answer
+/// comes back with `ceremony_id` within five minutes, once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PasskeyChallenge {
+    pub ceremony_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub options: serde_json::Value,
+}
+
+/// The browser's answer to a [`PasskeyChallenge`]: `credential` is `PublicKeyCredential.toJSON()`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PasskeyAnswer {
+    pub ceremony_id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub credential: serde_json::Value,
+}
+
+/// One of a live shopper's passkeys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PasskeyView {
+    /// The credential id (base64url).
+    pub passkey_id: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
+}
+
+/// `GET /api/shoppers/passkeys`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PasskeyList {
+    pub passkeys: Vec<PasskeyView>,
 }
 
 /// The answer to a sign-up or a recovery request, the same whatever the address is (new, taken,

@@ -33,6 +33,7 @@ pub enum ErrorCode {
     InvalidCode,
     EmailUnconfirmed,
     MailUnavailable,
+    PasskeyRejected,
     #[serde(other)]
     Unknown,
 }
@@ -63,6 +64,7 @@ impl ErrorCode {
             ErrorCode::InvalidCode => "invalid_code",
             ErrorCode::EmailUnconfirmed => "email_unconfirmed",
             ErrorCode::MailUnavailable => "mail_unavailable",
+            ErrorCode::PasskeyRejected => "passkey_rejected",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -93,6 +95,7 @@ impl ErrorCode {
             ErrorCode::InvalidCode => "The code is wrong, expired or used up",
             ErrorCode::EmailUnconfirmed => "The e-mail address is not confirmed",
             ErrorCode::MailUnavailable => "Mail could not be sent",
+            ErrorCode::PasskeyRejected => "The passkey was not accepted",
             ErrorCode::Unknown => "Unknown error",
         }
     }

@@ -13,18 +13,65 @@ use axum::http::{HeaderMap, header};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-/// The built widget: its page (with the hashes of its inline scripts, for the policy) and its
-/// files, compressed as asked.
+/// The built widget: its pages (with the hashes of their inline scripts, for the policy) and
+/// its files, compressed as asked.
 #[derive(Debug, Default)]
 pub struct Site {
     dir: Option<PathBuf>,
     /// `index.html` as built: the payment page and the dev page.
-    page: String,
-    /// `'sha256-…'` of each inline script of the page, for `script-src`.
-    inline_hashes: String,
+    pay: Page,
+    /// `account/index.html` as built: the account window (`/account`).
+    account: Page,
     /// Compressed bodies made so far, by (file, encoding), with the version of the file they
     /// were made from.
     compressed: Mutex<HashMap<(PathBuf, Encoding), (Version, Bytes)>>,
+}
+
+/// One of the checkout's pages as built, and the policy it is served with.
+#[derive(Debug, Default)]
+pub struct Page {
+    html: String,
+    /// `'sha256-…'` of each inline script of the page, for `script-src`.
+    inline_hashes: String,
+}
+
+impl Page {
+    /// The page at `path`; an empty one (served as `404`) if it was not built.
+    fn read(path: &Path) -> Page {
+        let Ok(html) = std::fs::read_to_string(path) else {
+            return Page::default();
+        };
+        let inline_hashes = inline_scripts(&html)
+            .map(|script| {
+                let digest = Sha256::digest(script.as_bytes());
+                format!(
+                    " 'sha256-{}'",
+                    base64::engine::general_purpose::STANDARD.encode(digest)
+                )
+            })
+            .collect();
+        Page {
+            html,
+            inline_hashes,
+        }
+    }
+
+    /// The HTML as built (empty: not built).
+    pub fn html(&self) -> &str {
+        &self.html
+    }
+
+    /// The policy of the checkout's own pages: scripts, styles and connections from this origin
+    /// only, WebAssembly allowed to compile, the page's own inline loader by its hash, framed
+    /// by `frame_ancestors` only.
+    pub fn policy(&self, frame_ancestors: &str) -> String {
+        format!(
+            "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'{}; style-src 'self'; \
+             img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; \
+             form-action 'self'; frame-ancestors {frame_ancestors}",
+            self.inline_hashes
+        )
+    }
 }
 
 /// A file as it is on disk now (its length and modification time): a rebuilt file is compressed
@@ -56,36 +103,21 @@ impl Encoding {
 impl Site {
     /// The widget built into `dir`; an empty site (API only) if there is none.
     pub fn open(dir: &Path) -> Site {
-        let Ok(page) = std::fs::read_to_string(dir.join("index.html")) else {
+        let pay = Page::read(&dir.join("index.html"));
+        if pay.html.is_empty() {
             return Site::default();
-        };
-        let inline_hashes = inline_scripts(&page)
-            .map(|script| {
-                let digest = Sha256::digest(script.as_bytes());
-                format!(
-                    " 'sha256-{}'",
-                    base64::engine::general_purpose::STANDARD.encode(digest)
-                )
-            })
-            .collect();
+        }
         Site {
             dir: Some(dir.to_path_buf()),
-            page,
-            inline_hashes,
+            pay,
+            account: Page::read(&dir.join("account").join("index.html")),
             compressed: Mutex::default(),
         }
     }
 
-    /// The policy of the checkout's own pages: scripts, styles and connections from this origin
-    /// only, WebAssembly allowed to compile, the page's own inline loader by its hash, framed
-    /// by `frame_ancestors` only.
+    /// The payment page's policy (and every other answer's, with `'none'`).
     pub fn policy(&self, frame_ancestors: &str) -> String {
-        format!(
-            "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'{}; style-src 'self'; \
-             img-src 'self' data:; connect-src 'self'; font-src 'self'; base-uri 'none'; \
-             form-action 'self'; frame-ancestors {frame_ancestors}",
-            self.inline_hashes
-        )
+        self.pay.policy(frame_ancestors)
     }
 
     /// Compresses every file in both encodings, in a thread of its own, so that no shopper
@@ -116,7 +148,12 @@ impl Site {
 
     /// `index.html` as built (empty: no widget here, the API only).
     pub fn page(&self) -> &str {
-        &self.page
+        self.pay.html()
+    }
+
+    /// The account window's page as built.
+    pub fn account(&self) -> &Page {
+        &self.account
     }
 
     /// A file of the built widget, for `GET /{path}`: `None` if there is no such file.
@@ -124,9 +161,9 @@ impl Site {
         let dir = self.dir.as_ref()?;
         // Only plain names below the directory: no `..`, no absolute paths, no hidden files.
         let clean = path.trim_start_matches('/');
-        // The page itself only as `/pay/{id}`, which gives it its policy.
+        // The pages themselves only as `/pay/{id}` and `/account`, which give them their policy.
         let plain = !clean.is_empty()
-            && clean != "index.html"
+            && !clean.ends_with("index.html")
             && clean.split('/').all(|part| {
                 !part.is_empty()
                     && !part.starts_with('.')

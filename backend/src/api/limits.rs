@@ -96,6 +96,11 @@ impl Limits {
         check(&self.sign_in_per_account, &email.trim().to_lowercase())
     }
 
+    /// A passkey ceremony (no e-mail is typed: only the address is counted).
+    pub fn passkey(&self, address: IpAddr) -> Result<(), ApiError> {
+        check(&self.sign_in_per_address, &address)
+    }
+
     pub fn test_shopper(&self, address: IpAddr) -> Result<(), ApiError> {
         check(&self.test_shoppers_per_address, &address)
     }

@@ -18,6 +18,7 @@ pub mod keys;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod passkeys;
 pub mod payments;
 pub mod problem;
 pub mod refunds;

@@ -24,7 +24,7 @@ use crate::api::problem::problem_response;
 use crate::api::site::{self, Framable};
 use crate::api::state::AppState;
 use crate::api::{
-    accounts, demo, events, health, keys, openapi, payments, refunds, sessions, shoppers,
+    accounts, demo, events, health, keys, openapi, passkeys, payments, refunds, sessions, shoppers,
 };
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
@@ -47,6 +47,7 @@ pub fn router(
         })
         .merge(openapi::docs_page())
         .route("/pay/{session_id}", get(site::pay_page))
+        .route("/account", get(site::account_page))
         .fallback(site::files);
     if let Some(routes) = routes {
         api = api.merge(routes);
@@ -145,6 +146,23 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
         ),
         ("POST", "/api/shoppers/sign-in", post(shoppers::sign_in)),
         ("POST", "/api/shoppers/sign-out", post(shoppers::sign_out)),
+        (
+            "POST",
+            "/api/shoppers/passkeys/registration",
+            post(passkeys::begin_registration),
+        ),
+        ("GET", "/api/shoppers/passkeys", get(passkeys::list)),
+        ("POST", "/api/shoppers/passkeys", post(passkeys::register)),
+        (
+            "POST",
+            "/api/shoppers/passkeys/authentication",
+            post(passkeys::begin_sign_in),
+        ),
+        (
+            "POST",
+            "/api/shoppers/passkeys/sign-in",
+            post(passkeys::sign_in),
+        ),
         (
             "POST",
             "/api/demo/session",

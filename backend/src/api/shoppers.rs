@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use checkout_shared::{
-    CodeSent, EmailCode, Recovery, RecoveryRequest, ShopperCredentials, ShopperToken,
+    CodeSent, EmailCode, Recovery, RecoveryRequest, ShopperCredentials, ShopperToken, SignUp,
 };
 
 use crate::api::AppState;
@@ -85,7 +85,7 @@ pub async fn create_demo_shopper(
 #[utoipa::path(
     post, path = "/api/shoppers", operation_id = "sign_up", tag = "shoppers",
     summary = "A live shopper signs up: a code is mailed to the address (the same answer whether or not it has an account)",
-    request_body = ShopperCredentials,
+    request_body = SignUp,
     responses(
         (status = 202, description = "A mail went to the address: the code to confirm it (or, to an address that has an account, a word that it has one). Confirm with POST /api/shoppers/confirm", body = checkout_shared::CodeSent),
         (status = 400, description = "`invalid_request`: not an e-mail, or a password under 8 characters", body = checkout_shared::Problem, content_type = "application/problem+json"),
@@ -96,14 +96,14 @@ pub async fn create_demo_shopper(
 pub async fn sign_up(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
-    body: JsonBody<ShopperCredentials>,
+    body: JsonBody<SignUp>,
 ) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
     app.limits.sign_in(address, &body.value.email)?;
     let sent = shoppers::sign_up(
         &app.store,
         app.mailer.as_deref(),
         &body.value.email,
-        &body.value.password,
+        body.value.password.as_deref(),
     )
     .await?;
     Ok((StatusCode::ACCEPTED, Json(sent)))
@@ -157,7 +157,7 @@ pub async fn request_recovery(
 /// `POST /api/shoppers/recovery/confirm`: the code and a new password; every old sign-in ends.
 #[utoipa::path(
     post, path = "/api/shoppers/recovery/confirm", operation_id = "recover", tag = "shoppers",
-    summary = "The recovery code and a new password: set, every earlier sign-in of the account ended, and signed in",
+    summary = "The recovery code and a new password (or none, to make a new passkey next): every earlier sign-in of the account ended, and signed in",
     request_body = Recovery,
     responses(
         (status = 200, description = "The new sign-in's token", body = checkout_shared::ShopperToken),
@@ -175,7 +175,7 @@ pub async fn recover(
         &app.store,
         &body.value.email,
         &body.value.code,
-        &body.value.password,
+        body.value.password.as_deref(),
     )
     .await?;
     Ok(token(shopper))

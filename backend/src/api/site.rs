@@ -4,6 +4,7 @@
 //!   frames it (`/v1/checkout.js` makes the frame), or sends the shopper to it as a full page.
 //!   Only the origins its shop registered may frame it (`frame-ancestors`); the page learns the
 //!   origin it may talk to (`?parent=`) only if it is one of them.
+//! - `GET /account`: the account window (a live shopper's sign-in), top-level only.
 //! - `GET /v1/checkout.js`: the loader a shop's page adds; a versioned name, a short cache.
 //! - The widget's code, WebAssembly and styles under content-hashed names: cached for a year
 //!   (`immutable`), each sent brotli- or gzip-compressed as the browser accepts.
@@ -86,14 +87,32 @@ fn page(
             .replace('<', "\\u003c");
         head +=
             &format!("<script type=\"application/json\" id=\"checkout-session\">{json}</script>\n");
-        // Live money: «Войти» and «Выйти» are the page's own small script, loaded only here.
-        if session.livemode {
-            head += "<script src=\"/live.js\" defer></script>\n";
-        }
     }
     let html = site
         .page()
         .replacen("</head>", &format!("{head}</head>"), 1);
+    let mut response = html_page(html, &site.policy(frame_ancestors));
+    response
+        .extensions_mut()
+        .insert(Framable(frame_ancestors != "'none'"));
+    response
+}
+
+/// `GET /account`: the account window, where a live shopper signs in, signs up (the code from
+/// the mail) or recovers the account, with a password or a passkey. Top-level only (`frame-
+/// ancestors 'none'`): the address bar shows the checkout's origin, and no shop's page can
+/// draw over it. No `Cross-Origin-Opener-Policy`: the payment page in a shop's frame that
+/// opened it must stay its `opener`, to be handed the sign-in (to this origin only).
+pub async fn account_page(State(app): State<AppState>) -> Response {
+    let page = app.site.account();
+    if page.html().is_empty() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    html_page(page.html().to_owned(), &page.policy("'none'"))
+}
+
+/// One of the checkout's pages: asked afresh each time (`no-cache`), with its own policy.
+fn html_page(html: String, policy: &str) -> Response {
     let mut response = (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -102,14 +121,11 @@ fn page(
         html,
     )
         .into_response();
-    if let Ok(policy) = HeaderValue::from_str(&site.policy(frame_ancestors)) {
+    if let Ok(policy) = HeaderValue::from_str(policy) {
         response
             .headers_mut()
             .insert(header::CONTENT_SECURITY_POLICY, policy);
     }
-    response
-        .extensions_mut()
-        .insert(Framable(frame_ancestors != "'none'"));
     response
 }
 

@@ -9,6 +9,7 @@ use crate::api::assets::Site;
 use crate::api::limits::Limits;
 use crate::mail::Mailer;
 use crate::operations::accounts::PrincipalCache;
+use crate::operations::passkeys::RelyingParty;
 use crate::store::Store;
 
 /// What every handler can reach.
@@ -28,4 +29,6 @@ pub struct AppState {
     pub limits: Arc<Limits>,
     /// Mail to shoppers (the codes that prove their e-mail); `None`: no SMTP server is set.
     pub mailer: Option<Arc<Mailer>>,
+    /// The checkout as the passkeys' relying party (its public origin).
+    pub passkeys: Arc<RelyingParty>,
 }

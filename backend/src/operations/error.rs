@@ -54,6 +54,10 @@ pub enum ApiError {
     /// The mail with the code could not be sent (no SMTP server set, or it refused).
     #[error("the mail with the code could not be sent; try again shortly")]
     MailUnavailable,
+    /// A passkey's answer that does not hold: no such ceremony (expired, used), a signature
+    /// that does not verify, a passkey no account has.
+    #[error("the passkey was not accepted: {0}")]
+    PasskeyRejected(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -86,6 +90,7 @@ impl ApiError {
             ApiError::InvalidCode => (400, ErrorCode::InvalidCode),
             ApiError::EmailUnconfirmed(_) => (403, ErrorCode::EmailUnconfirmed),
             ApiError::MailUnavailable => (503, ErrorCode::MailUnavailable),
+            ApiError::PasskeyRejected(_) => (400, ErrorCode::PasskeyRejected),
             ApiError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
                 (500, ErrorCode::InternalError)
             }

@@ -14,6 +14,7 @@ pub mod deposits;
 pub mod email_codes;
 pub mod error;
 pub mod events;
+pub mod passkeys;
 pub mod passwords;
 pub mod payments;
 pub mod refunds;

@@ -100,12 +100,16 @@ pub async fn sign_up(
     store: &Store,
     mailer: Option<&Mailer>,
     email: &str,
-    password: &str,
+    password: Option<&str>,
 ) -> Result<CodeSent, ApiError> {
     let email = normalize_email(email)?;
-    check_password(password)?;
+    if let Some(password) = password {
+        check_password(password)?;
+    }
     let code = email_codes::new_code();
-    let password_hash = passwords::hash(password.to_owned()).await?;
+    // No password: one that no one knows (so none signs in), the same work as a chosen one.
+    let password = password.map_or_else(|| new_secret("nopassword_"), str::to_owned);
+    let password_hash = passwords::hash(password).await?;
     let code_hash = passwords::hash(code.clone()).await?;
     let confirmed = has_confirmed_account(store, &email).await?;
     let mail = if confirmed {
@@ -225,19 +229,24 @@ pub async fn request_recovery(
     Ok(code_sent())
 }
 
-/// The recovery's code comes back with a new password: it is set, every sign-in of the account
-/// ends (whoever held one, a thief included, is signed out everywhere), and a new one begins.
+/// The recovery's code comes back with a new password (or none: the shopper makes a new passkey
+/// next, with the sign-in this starts): it is set, every sign-in of the account ends (whoever held one, a thief included, is signed out everywhere), and a new one begins.
 pub async fn recover(
     store: &Store,
     email: &str,
     code: &str,
-    password: &str,
+    password: Option<&str>,
 ) -> Result<SignedIn, ApiError> {
-    check_password(password)?;
+    if let Some(password) = password {
+        check_password(password)?;
+    }
     let email = normalize_email(email).map_err(|_| ApiError::InvalidCode)?;
     let now_ms = clock::now_ms();
     let kept = email_codes::check(store, &email, Purpose::Recovery, code, now_ms).await?;
-    let password_hash = passwords::hash(password.to_owned()).await?;
+    let password_hash = match password {
+        Some(password) => Some(passwords::hash(password.to_owned()).await?),
+        None => None,
+    };
     let token = new_secret("tok_live_");
     let token_hash = token_hash(&token);
     let account_id = store
@@ -252,7 +261,9 @@ pub async fn recover(
                 let Some(shopper) = tx.shopper_by_email(&email).await? else {
                     return Ok(None);
                 };
-                tx.set_password(&shopper.account_id, &password_hash).await?;
+                if let Some(password_hash) = &password_hash {
+                    tx.set_password(&shopper.account_id, password_hash).await?;
+                }
                 tx.revoke_all_sign_ins(&shopper.account_id, now_ms).await?;
                 tx.insert_sign_in(&token_hash, &shopper.account_id, now_ms)
                     .await?;

@@ -14,6 +14,7 @@ pub mod email_codes;
 pub mod events;
 pub mod invariants;
 pub mod keys;
+pub mod passkeys;
 pub mod payments;
 mod postgres;
 mod row;

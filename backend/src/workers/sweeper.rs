@@ -41,11 +41,18 @@ pub fn spawn(
                 Ok(deleted) => tracing::info!(deleted, "swept ended sign-ins"),
                 Err(error) => tracing::warn!(%error, "sweeping sign-ins failed; will retry"),
             }
-            // E-mail codes live minutes and are few: one statement.
+            // E-mail codes and passkey ceremonies live minutes and are few: one statement each.
             match store.sweep_expired_codes(now_ms()).await {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "swept expired e-mail codes"),
                 Err(error) => tracing::warn!(%error, "sweeping e-mail codes failed; will retry"),
+            }
+            match store.sweep_expired_ceremonies(now_ms()).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "swept unfinished passkey ceremonies"),
+                Err(error) => {
+                    tracing::warn!(%error, "sweeping passkey ceremonies failed; will retry")
+                }
             }
             match expire_sessions(&store).await {
                 Ok(0) => {}

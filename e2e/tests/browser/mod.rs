@@ -651,3 +651,107 @@ fn outcomes(log: &str, route: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// A command of WebAuthn's WebDriver extension (virtual authenticators, W3C WebAuthn §11),
+/// which fantoccini does not name: `{method} /session/{id}/webauthn/{path}`.
+#[derive(Debug)]
+struct WebAuthnCommand {
+    method: http::Method,
+    path: String,
+    body: Option<Value>,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for WebAuthnCommand {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/webauthn/{}",
+            session_id.unwrap_or_default(),
+            self.path
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (
+            self.method.clone(),
+            self.body.as_ref().map(ToString::to_string),
+        )
+    }
+}
+
+impl Checkout {
+    async fn webauthn(&self, method: http::Method, path: String, body: Option<Value>) -> Value {
+        let what = format!("{method} webauthn/{path}");
+        self.browser
+            .issue_cmd(WebAuthnCommand { method, path, body })
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    /// A virtual passkey device in the current tab (Chromium scopes them to a tab): a platform
+    /// authenticator that keeps discoverable credentials and verifies its user at once. Its id.
+    pub async fn add_authenticator(&self) -> String {
+        let options = serde_json::json!({
+            "protocol": "ctap2", "transport": "internal", "hasResidentKey": true,
+            "hasUserVerification": true, "isUserVerified": true, "isUserConsenting": true,
+        });
+        let id = self
+            .webauthn(http::Method::POST, "authenticator".into(), Some(options))
+            .await;
+        id.as_str().expect("an authenticator id").to_owned()
+    }
+
+    /// The credentials the device keeps (id, rpId, private key, user handle, counter).
+    pub async fn authenticator_credentials(&self, authenticator: &str) -> Vec<Value> {
+        let path = format!("authenticator/{authenticator}/credentials");
+        let found = self.webauthn(http::Method::GET, path, None).await;
+        found.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Puts a credential (as [`Self::authenticator_credentials`] gave it) into a device: the
+    /// same passkey on the same device, in another tab.
+    pub async fn add_credential(&self, authenticator: &str, credential: &Value) {
+        let path = format!("authenticator/{authenticator}/credential");
+        self.webauthn(http::Method::POST, path, Some(credential.clone()))
+            .await;
+    }
+
+    /// The browser's tabs and windows, by handle.
+    pub async fn windows(&self) -> Vec<fantoccini::wd::WindowHandle> {
+        self.browser.windows().await.unwrap()
+    }
+
+    /// Clicks `css` (a link that opens a window), then goes into the window it opened; returns
+    /// the window it came from.
+    pub async fn enter_window_opened_by(&self, css: &str) -> fantoccini::wd::WindowHandle {
+        let from = self.browser.window().await.unwrap();
+        let before = self.windows().await;
+        self.click_soon(css).await;
+        let deadline = Instant::now() + WAIT;
+        let opened = loop {
+            if let Some(new) = self
+                .windows()
+                .await
+                .into_iter()
+                .find(|w| !before.contains(w))
+            {
+                break new;
+            }
+            assert!(Instant::now() < deadline, "{css} opened no window");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        self.browser.switch_to_window(opened).await.unwrap();
+        from
+    }
+
+    /// Waits until the window we are in closes itself, then goes back to `to`.
+    pub async fn after_window_closes(&self, to: fantoccini::wd::WindowHandle) {
+        let count = self.windows().await.len();
+        let closed = || async { self.windows().await.len() < count };
+        checkout_testkit::wait_until("the account window never closed", WAIT, closed).await;
+        self.browser.switch_to_window(to).await.unwrap();
+    }
+}
