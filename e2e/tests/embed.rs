@@ -737,3 +737,176 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame_sqlite() {
 async fn a_live_shopper_pays_a_live_session_in_the_frame_postgres() {
     a_live_shopper_pays_a_live_session_in_the_frame(Backend::Postgres).await;
 }
+
+/// What a person sees of a view of the account window: axe-core finds nothing, and it is
+/// photographed on a phone (390 px) and a desktop.
+async fn account_view_seen(c: &Checkout, view: &str) {
+    assert_no_violations(c, view).await;
+    for (size, width, height) in [("phone", 390, 844), ("desktop", 1280, 800)] {
+        c.browser.set_window_size(width, height).await.unwrap();
+        let fits = "return document.documentElement.scrollWidth <= window.innerWidth;";
+        assert_eq!(
+            c.js(fits).await,
+            json!(true),
+            "{view} scrolls sideways ({size})"
+        );
+        c.screenshot(&format!("seen-{view}-{size}")).await;
+    }
+    c.browser.set_window_size(520, 900).await.unwrap();
+}
+
+/// Passkeys, with Chromium's virtual authenticators (one per tab, as Chromium scopes them; the
+/// checkout at `http://localhost`, the passkeys' relying party, the shop at `127.0.0.1`):
+/// 1. as a full page, a shopper signs up with no password (the code from the mail), makes a
+///    passkey on device A, and is back on the payment page, signed in;
+/// 2. in a shop's frame (its storage is the shop site's: not signed in there), «Войти» opens the
+///    account window, and device A's passkey signs in with nothing typed; the frame, reloaded,
+///    is still signed in, and pays;
+/// 3. on a second device B (no passkey), «Забыли пароль?» and the mailed code sign in and make a
+///    second passkey (in the page's other frame): the account has two, and every sign-in before
+///    the recovery has ended.
+async fn passkeys_sign_up_and_sign_in_with_nothing_typed(backend: Backend) {
+    let c = Checkout::start(backend, "", &[]).await;
+    let checkout = c.server.base.replace("127.0.0.1", "localhost");
+    let shop = c.server.add_shop("Ключница").await;
+    let full = live_session(&shop, "PK-FULL", 10_000).await;
+    let framed = live_session(&shop, "PK-FRAME", 20_000).await;
+    let later = live_session(&shop, "PK-LATER", 5_000).await;
+    let page = checkout_testkit::serve_page(shop_html(
+        &checkout,
+        &format!(
+            r#"<div id="a" data-checkout-session="{framed}"></div><div id="b" data-checkout-session="{later}"></div>"#
+        ),
+    ))
+    .await;
+    register_origins(&c, &shop, &[&page]).await;
+    let email = "kira@example.ru";
+    let mailbox = checkout_testkit::mail::receiver();
+    let from = Some(c.server.mail_from.as_str());
+
+    // 1. Sign-up with a passkey, as a full page.
+    c.browser
+        .goto(&format!("{checkout}/pay/{full}"))
+        .await
+        .unwrap();
+    c.wait_for("a.sign-in-open").await;
+    let device_a = c.add_authenticator().await;
+    c.click_soon("a.sign-in-open").await;
+    c.wait_for("#account-email").await;
+    assert!(
+        c.url()
+            .await
+            .starts_with(&format!("{checkout}/account?return=")),
+        "{}",
+        c.url().await
+    );
+    account_view_seen(&c, "account-sign-in").await;
+    c.type_into("#account-email", email).await;
+    c.click_soon(".sign-up-passkey").await;
+    c.wait_for("#account-code").await;
+    let code = mailbox.nth_mail(email, from, 1).await.code().unwrap();
+    account_view_seen(&c, "account-code").await;
+    c.type_into("#account-code", &code).await;
+    c.click_soon(".confirm-submit").await;
+    c.wait_for(".make-passkey").await;
+    account_view_seen(&c, "account-offer-passkey").await;
+    c.click_soon(".make-passkey").await;
+    c.wait_for(".sign-out").await;
+    assert_eq!(c.url().await, format!("{checkout}/pay/{full}"));
+    c.wait_for_text(".balance", "0,00").await;
+    let kept = c.authenticator_credentials(&device_a).await;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["isResidentCredential"], true);
+    assert_eq!(kept[0]["rpId"], "localhost");
+    let first_token = c
+        .js("return JSON.parse(sessionStorage.getItem('checkout.live')).token;")
+        .await
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (ok, deposit) = c
+        .server
+        .deposit(email, 50_000, &checkout_testkit::new_key())
+        .await;
+    assert!(ok, "{deposit}");
+
+    // 2. In a shop's frame: the same passkey (device A's, in the account window's tab).
+    c.browser.goto(&page).await.unwrap();
+    c.enter_frame_in("#a").await;
+
+    c.wait_for("a.sign-in-open").await;
+    let shop_window = c.enter_window_opened_by("a.sign-in-open").await;
+    c.wait_for(".passkey-sign-in").await;
+    assert_eq!(c.url().await, format!("{checkout}/account"));
+    let tab_of_a = c.add_authenticator().await;
+    c.add_credential(&tab_of_a, &kept[0]).await;
+    c.click_soon(".passkey-sign-in").await;
+    c.after_window_closes(shop_window.clone()).await;
+    c.enter_frame_in("#a").await;
+    c.wait_for_text(".balance", "500,00").await;
+    c.on_top().await;
+    c.browser.refresh().await.unwrap();
+    c.enter_frame_in("#a").await;
+    c.wait_for_text(".balance", "500,00").await;
+    c.wait_for(PAY_ENABLED).await;
+    c.click("button.pay", 1).await;
+    c.wait_for_text(".payment-id", "pay_").await;
+    c.wait_for_text(".balance", "300,00").await;
+
+    // 3. A second device: recovery by the mailed code, and a new passkey there (in the other
+    // frame, whose session is still open: a paid one offers no «Войти»).
+    c.enter_frame_in("#b").await;
+    c.wait_for(".sign-out").await;
+    c.click_soon(".sign-out").await;
+    c.wait_for("a.sign-in-open").await;
+    c.enter_window_opened_by("a.sign-in-open").await;
+    c.add_authenticator().await;
+    c.wait_for(".forgot").await;
+    c.click_soon(".forgot").await;
+    c.wait_for(".recovery-submit").await;
+    account_view_seen(&c, "account-recovery").await;
+    c.type_into("#account-email", email).await;
+    c.click_soon(".recovery-submit").await;
+    c.wait_for(".recover-with-passkey").await;
+    let code = mailbox.nth_mail(email, from, 2).await.code().unwrap();
+    account_view_seen(&c, "account-recovery-code").await;
+    c.type_into("#account-code", &code).await;
+    c.click_soon(".recover-with-passkey").await;
+    c.wait_for(".make-passkey").await;
+    c.click_soon(".make-passkey").await;
+    c.after_window_closes(shop_window).await;
+    c.enter_frame_in("#b").await;
+    c.wait_for_text(".balance", "300,00").await;
+    let token = c
+        .js("return JSON.parse(sessionStorage.getItem('checkout.live')).token;")
+        .await;
+    let now = checkout_testkit::Api {
+        token: Some(token.as_str().unwrap().to_owned()),
+        ..c.server.api()
+    };
+    let passkeys = now.get("/api/shoppers/passkeys").await.json();
+    let passkeys = passkeys["passkeys"].as_array().unwrap();
+    assert_eq!(passkeys.len(), 2, "{passkeys:?}");
+    assert!(passkeys[0]["last_used_at"].is_string(), "{passkeys:?}");
+    let before = checkout_testkit::Api {
+        token: Some(first_token),
+        ..c.server.api()
+    };
+    before
+        .get("/api/account")
+        .await
+        .assert_problem(401, "unauthorized");
+    assert_eq!(c.payments_in_db().await, 1);
+    c.db.assert_invariants().await;
+    let _ = c.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passkeys_sign_up_and_sign_in_with_nothing_typed_sqlite() {
+    passkeys_sign_up_and_sign_in_with_nothing_typed(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passkeys_sign_up_and_sign_in_with_nothing_typed_postgres() {
+    passkeys_sign_up_and_sign_in_with_nothing_typed(Backend::Postgres).await;
+}

@@ -258,11 +258,20 @@ fn AccountPage() -> impl IntoView {
         let text = account.error.get();
         view! { <p class="error" role="alert">{text}</p> }
     };
+    // True whatever the address is: a taken one gets no code but a word that it has an account,
+    // an unknown one (recovery) a word that it has none.
     let sent = move || {
-        format!(
-            "Мы отправили письмо на {}. Введите код из него: он действует 10 минут.",
-            account.email.get().trim()
-        )
+        let email = account.email.get();
+        let email = email.trim();
+        if account.step.get() == Step::RecoveryCode {
+            format!(
+                "Мы отправили письмо на {email}. Если у адреса есть счёт, в письме код: он действует 10 минут."
+            )
+        } else {
+            format!(
+                "Мы отправили письмо на {email}. Введите код из него: он действует 10 минут. Если счёт у адреса уже есть, письмо скажет, как войти."
+            )
+        }
     };
     let email_field = move || {
         view! {

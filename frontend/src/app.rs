@@ -629,6 +629,11 @@ fn App(mode: Mode) -> impl IntoView {
     // Live: «Войти» (the account window, which gives this page the sign-in), or «Выйти».
     let signed_in_live = live && widget.session.with_untracked(Option::is_some);
     let (sign_in_url, sign_in_target) = sign_in::link(full_page);
+    let waiting = if live && !signed_in_live {
+        "вы не вошли"
+    } else {
+        "…"
+    };
     if signed_in_live {
         sign_in::offer_sign_out(widget.token());
     }
@@ -662,7 +667,7 @@ fn App(mode: Mode) -> impl IntoView {
                         (None, Some(balance)) => view! {
                             <span>{account}<span class="balance">{format_rub(balance)}</span></span>
                         }.into_any(),
-                        (None, None) => view! { <span>{account}"…"</span> }.into_any(),
+                        (None, None) => view! { <span>{account}{waiting}</span> }.into_any(),
                     }}
                     {signed_in_live.then(|| view! { <button type="button" class="sign-out">"Выйти"</button> })}
                 </footer>
