@@ -11,11 +11,13 @@
 #   CHECKOUT_PG_BIN   where Debian keeps PostgreSQL's programs; default /usr/lib/postgresql/15/bin
 #   CHECKOUT_PGBOUNCER  PgBouncer's program; default /usr/sbin/pgbouncer (Debian's)
 #   CHECKOUT_RABBITMQ_BIN  RabbitMQ's programs; default /usr/lib/rabbitmq/bin (Debian's)
+#   CHECKOUT_OPENSSL_PC  OpenSSL's pkg-config file (webauthn-rs links OpenSSL); default Debian's
 
 CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
 CHECKOUT_PGBOUNCER="${CHECKOUT_PGBOUNCER:-/usr/sbin/pgbouncer}"
 CHECKOUT_RABBITMQ_BIN="${CHECKOUT_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}"
+CHECKOUT_OPENSSL_PC="${CHECKOUT_OPENSSL_PC:-/usr/lib/x86_64-linux-gnu/pkgconfig/openssl.pc}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
 AXE_CORE_VERSION=4.14.1
@@ -81,6 +83,11 @@ has_pgbouncer() {
 # The tests start a throwaway RabbitMQ node (the checkout's events on a broker).
 has_rabbitmq() {
     [ -x "$CHECKOUT_RABBITMQ_BIN/rabbitmq-server" ] && [ -x "$CHECKOUT_RABBITMQ_BIN/rabbitmqctl" ]
+}
+
+# The server's passkeys (webauthn-rs) link OpenSSL: its headers, and pkg-config to find them.
+has_openssl_dev() {
+    [ -f "$CHECKOUT_OPENSSL_PC" ] && command -v pkg-config >/dev/null 2>&1
 }
 
 has_wasm_target() {
@@ -166,6 +173,7 @@ install_tools() {
     has_postgres || debian+=(postgresql)
     has_pgbouncer || debian+=(pgbouncer)
     has_rabbitmq || debian+=(rabbitmq-server)
+    has_openssl_dev || debian+=(libssl-dev pkg-config)
     if [ ${#debian[@]} -gt 0 ]; then
         step "installing ${debian[*]} (Debian packages)" apt_install "${debian[@]}"
         command -v chromium >/dev/null 2>&1 || fail "installing chromium" "no chromium on PATH"
@@ -174,6 +182,7 @@ install_tools() {
         verify "installing postgresql" has_postgres
         verify "installing pgbouncer" has_pgbouncer
         verify "installing rabbitmq-server" has_rabbitmq
+        verify "installing libssl-dev and pkg-config" has_openssl_dev
     fi
 
     # The toolchain itself comes from rust-toolchain.toml; its wasm target may not.

@@ -103,6 +103,12 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         }
     };
 
+    if !config.demo && config.public_origin.host_str() == Some("localhost") {
+        tracing::warn!(
+            "CHECKOUT_PUBLIC_ORIGIN is {}: passkeys work only for a browser on this machine; set it to the checkout's public origin (https://pay.example.ru)",
+            config.public_origin
+        );
+    }
     if config.demo {
         demo::provision_shop(
             &store,

@@ -34,6 +34,7 @@ fake_pgbouncer() { fake "$1/pgbouncer" "PgBouncer 1.18.0"; }
 fake_rabbitmq() { fake "$1/rabbitmq-server" "RabbitMQ 3.10.8"; fake "$1/rabbitmqctl" "RabbitMQ 3.10.8"; }
 fake_schemathesis() { fake "$1/st" "st, version 4.32.5"; }
 fake_aiosmtpd() { fake "$1/aiosmtpd" "$1/aiosmtpd 1.4.6"; }
+fake_openssl_dev() { mkdir -p "$1/pkgconfig"; : >"$1/pkgconfig/openssl.pc"; fake "$2/pkg-config" "1.8.1"; }
 fake_axe_core() {
     mkdir -p "$1/axe-core"
     : >"$1/axe-core/axe.min.js"
@@ -67,7 +68,7 @@ make_world() {
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
     { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_esbuild fake_chromium fake_chromedriver \
-        fake_postgres fake_pgbouncer fake_rabbitmq fake_schemathesis fake_aiosmtpd fake_axe_core make_pip; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+        fake_postgres fake_pgbouncer fake_rabbitmq fake_openssl_dev fake_schemathesis fake_aiosmtpd fake_axe_core make_pip; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
@@ -78,6 +79,7 @@ make_world() {
     [[ $absent == *" postgresql "* ]] || fake_postgres "$dir/pg"
     [[ $absent == *" pgbouncer "* ]] || fake_pgbouncer "$dir/sbin"
     [[ $absent == *" rabbitmq-server "* ]] || fake_rabbitmq "$dir/rabbitmq"
+    [[ $absent == *" libssl-dev "* ]] || fake_openssl_dev "$dir/ssl" "$dir/bin"
     [[ $absent == *" schemathesis "* ]] || fake_schemathesis "$dir/root/tools/venv/bin"
     [[ $absent == *" aiosmtpd "* ]] || fake_aiosmtpd "$dir/root/tools/venv/bin"
     # A present venv has its pip (the stub below, which records what it is asked for).
@@ -99,6 +101,8 @@ for package in "\$@"; do
         postgresql) fake_postgres "$dir/pg" ;;
         pgbouncer) fake_pgbouncer "$dir/sbin" ;;
         rabbitmq-server) fake_rabbitmq "$dir/rabbitmq" ;;
+        libssl-dev) fake_openssl_dev "$dir/ssl" "$dir/bin" ;;
+        pkg-config) ;;
         npm) ;;
         *) echo "unexpected package \$package" >&2; exit 100 ;;
     esac
@@ -147,7 +151,7 @@ STUB
 install_in() {
     local dir="$1"
     env -i HOME="$dir" CARGO_HOME="$dir/cargo" CHECKOUT_ROOT="$dir/root" CHECKOUT_PG_BIN="$dir/pg" \
-        CHECKOUT_PGBOUNCER="$dir/sbin/pgbouncer" CHECKOUT_RABBITMQ_BIN="$dir/rabbitmq" \
+        CHECKOUT_PGBOUNCER="$dir/sbin/pgbouncer" CHECKOUT_RABBITMQ_BIN="$dir/rabbitmq" CHECKOUT_OPENSSL_PC="$dir/ssl/pkgconfig/openssl.pc" \
         FAIL_CARGO="${FAIL_CARGO:-}" PATH="$dir/bin:$dir/sys" \
         "$(command -v bash)" -c "set -euo pipefail; . '$tools_sh'; install_tools" \
         >"$dir/stdout" 2>"$dir/stderr"
@@ -189,11 +193,12 @@ declare -A install_of=(
     [postgresql]="apt-get install postgresql"
     [pgbouncer]="apt-get install pgbouncer"
     [rabbitmq-server]="apt-get install rabbitmq-server"
+    [libssl-dev]="apt-get install libssl-dev pkg-config"
     [wasm32]="rustup target add wasm32-unknown-unknown"
     [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
     [aiosmtpd]="pip install --quiet --disable-pip-version-check aiosmtpd==1.4.6"
 )
-for tool in trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd; do
+for tool in trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server libssl-dev wasm32 schemathesis aiosmtpd; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -206,10 +211,10 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server wasm32 schemathesis aiosmtpd
+make_world "$dir" trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server libssl-dev wasm32 schemathesis aiosmtpd
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
-    "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server" \
+    "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server libssl-dev pkg-config" \
     "rustup target add wasm32-unknown-unknown" \
     "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci" "${install_of[schemathesis]}" \
     "${install_of[aiosmtpd]}"
