@@ -646,6 +646,15 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     c.enter_frame_in("#a").await;
     c.wait_for(".sign-out").await;
     c.wait_for_text(".balance", "0,00").await;
+    assert_no_violations(&c, "live-signed-in").await;
+    c.on_top().await;
+    for (size, width, height) in [("phone", 390, 844), ("desktop", 1280, 800)] {
+        c.browser.set_window_size(width, height).await.unwrap();
+        c.screenshot(&format!("seen-live-frame-signed-in-{size}"))
+            .await;
+    }
+    c.browser.set_window_size(520, 900).await.unwrap();
+    c.enter_frame_in("#a").await;
     let first_token = c
         .js("return JSON.parse(sessionStorage.getItem('checkout.live')).token;")
         .await
