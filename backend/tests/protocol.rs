@@ -897,8 +897,92 @@ async fn a_key_held_by_another_instance_is_in_use_after_the_lock_timeout(backend
     assert_eq!(balance(&db, "acc_a").await, 0, "nothing ran");
 }
 
+/// Key k1 expired, not yet swept. Instance A takes it over for a new request and holds its
+/// transaction; the same request reaches instance B, whose claim waits on the key's row. A
+/// commits. B must answer from A's record (the key now belongs to A's request): replaying A's
+/// answer, never the expired record its statement's snapshot still sees (an old answer, or a
+/// `422` naming the old body's fields).
+async fn an_expired_key_taken_over_elsewhere_is_answered_from_its_new_holder(backend: Backend) {
+    let (db, store_a) = setup(backend).await;
+    let old = Tally {
+        answer: 1,
+        ..Tally::default()
+    };
+    run(&protocol(), &store_a, "acc_a", "k1", old)
+        .await
+        .unwrap();
+    db.execute(&format!(
+        "UPDATE idempotency_keys SET created_at = {}",
+        now_ms() - 2 * 3_600_000
+    ))
+    .await;
+    let (inside, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let taking_over = Tally {
+        answer: 2,
+        hold: Some((inside.clone(), release.clone())),
+        ..Tally::default()
+    };
+    let a = tokio::spawn({
+        let store = store_a.clone();
+        async move { run(&protocol(), &store, "acc_a", "k1", taking_over).await }
+    });
+    inside.notified().await; // A holds the key's row, taken over, uncommitted
+    let store_b = open_store(&db, Duration::from_secs(20)).await;
+    let b = tokio::spawn(async move {
+        let same = Tally {
+            answer: 2,
+            ..Tally::default()
+        };
+        run(&protocol_elsewhere(), &store_b, "acc_a", "k1", same).await
+    });
+    let waiting = || async {
+        db.scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity               WHERE wait_event_type = 'Lock' AND query LIKE '%idempotency_keys%'",
+        )
+        .await
+            >= 1
+    };
+    checkout_testkit::wait_until(
+        "B never waited on the key",
+        Duration::from_secs(20),
+        waiting,
+    )
+    .await;
+    release.notify_one();
+    let a = a.await.unwrap().unwrap();
+    let Outcome::Executed { response, .. } = a else {
+        panic!("A: {a:?}")
+    };
+    assert_eq!(response, executed(r#"{"n":2}"#));
+    let b = b.await.unwrap().unwrap();
+    match &b {
+        Outcome::Replayed {
+            response: replayed,
+            expires_at_ms,
+        } => {
+            assert_eq!(*replayed, response, "B replays A's answer");
+            assert!(*expires_at_ms > now_ms(), "an expiry in the past: {b:?}");
+        }
+        other => panic!("B answered from the expired record: {other:?}"),
+    }
+    assert_eq!(
+        balance(&db, "acc_a").await,
+        2,
+        "the old run and A's, once each"
+    );
+    db.assert_invariants_after_key_reuse().await;
+}
+
 mod another_instance {
     use checkout_testkit::Backend;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn takes_over_an_expired_key_while_this_one_waits() {
+        super::an_expired_key_taken_over_elsewhere_is_answered_from_its_new_holder(
+            Backend::Postgres,
+        )
+        .await
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn on_postgres() {

@@ -40,7 +40,11 @@ const WORK_LOCK_TIMEOUT: &str = "5s";
 /// key that holds it, so that a replay is one round trip after `BEGIN`. `set_config` runs in
 /// RETURNING, i.e. only once the key is claimed: it lifts the claim's short bound to the work
 /// bound without a round trip of its own. The holder is read in the statement's snapshot: one
-/// that committed while the claim waited for it is not seen, and the protocol claims again.
+/// that committed while the claim waited for it is not seen, and the protocol claims again. Only
+/// a live holder is read: an expired row that the claim did not take over was taken over by
+/// another claim after this snapshot (it committed while this one waited), and the snapshot's
+/// copy is the old request's; answering from it would replay an old answer or call the new
+/// request a reuse. Then the protocol claims again, and reads the new holder afresh.
 pub static POSTGRES_CLAIM_KEY: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH claimed AS ({CLAIM_KEY} \
@@ -53,7 +57,8 @@ pub static POSTGRES_CLAIM_KEY: LazyLock<String> = LazyLock::new(|| {
          SELECT NULL, NULL, request_hash, request_body, status, response_status, response_body, \
                 created_at \
            FROM idempotency_keys \
-          WHERE account_id = $1 AND idempotency_key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)"
+          WHERE account_id = $1 AND idempotency_key = $2 AND created_at >= $6 \
+            AND NOT EXISTS (SELECT 1 FROM claimed)"
     )
 });
 
