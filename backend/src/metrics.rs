@@ -96,6 +96,11 @@ pub fn broker_backlog(depth: i64) {
     metrics::gauge!("checkout_broker_backlog").set(depth as f64);
 }
 
+/// Events the broker routed to no queue, waiting to be offered again.
+pub fn broker_unrouted(depth: i64) {
+    metrics::gauge!("checkout_broker_unrouted").set(depth as f64);
+}
+
 /// Events the broker confirmed.
 pub fn published(count: usize) {
     metrics::counter!("checkout_broker_published_total").increment(count as u64);
@@ -164,6 +169,10 @@ pub fn describe() {
     describe_gauge!(
         "checkout_broker_backlog",
         "Events not yet confirmed by the broker (CHECKOUT_AMQP_URL)"
+    );
+    describe_gauge!(
+        "checkout_broker_unrouted",
+        "Events the broker routed to no queue (none bound to their type), offered again later"
     );
     describe_counter!(
         "checkout_broker_published_total",

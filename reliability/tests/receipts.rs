@@ -27,6 +27,7 @@ checkout_testkit::on_both_databases!(
     an_ack_lost_after_the_commit_issues_no_second_receipt,
     a_consumer_killed_holding_messages_hands_them_to_the_other,
     a_broker_restarted_mid_load_loses_nothing,
+    an_event_no_queue_took_waits_for_the_consumer_that_starts_later,
 );
 
 /// The checkout publishing to `broker`, with a shop and a test shopper.
@@ -220,6 +221,40 @@ async fn a_broker_restarted_mid_load_loses_nothing(backend: Backend) {
         0,
         "every event published and confirmed"
     );
+    db.assert_invariants().await;
+}
+
+/// A fresh deployment: the checkout and the broker are up, the receipts consumer is not (so no
+/// queue is bound yet). A payment's event reaches the broker, which routes it nowhere: it is
+/// not "published" (the broker confirms a message no queue took), and is offered again until
+/// a queue takes it. The consumer starts later, and the receipt is issued.
+async fn an_event_no_queue_took_waits_for_the_consumer_that_starts_later(backend: Backend) {
+    let broker = tokio::task::spawn_blocking(Broker::start).await.unwrap();
+    let (db, receipts) = (TestDb::new(backend).await, receipts_db(backend).await);
+    let (server, shop, shopper) = checkout(&db, &broker).await;
+    let expected = trade(&shop, &shopper, "EARLY", 1, 0).await;
+    // The broker has had the event (and answered): it took it nowhere.
+    let offered = || async {
+        server.log().contains("no queue took")
+            || db
+                .scalar("SELECT COUNT(*) FROM webhook_events WHERE published_at IS NOT NULL")
+                .await
+                > 0
+    };
+    checkout_testkit::wait_until("the event never reached the broker", WITHIN, offered).await;
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM webhook_events \
+              WHERE type = 'payment.succeeded' AND published_at IS NOT NULL"
+        )
+        .await,
+        0,
+        "an event no queue took is not published"
+    );
+    let consumer = Consumer::start(RECEIPTS, &broker.url(), &receipts.url, &[]).await;
+    let listed = consumer.wait_for_receipts(expected, WITHIN).await;
+    assert_eq!(listed["receipts"].as_array().unwrap().len(), expected);
+    assert_match_the_books(&db, &listed).await;
     db.assert_invariants().await;
 }
 

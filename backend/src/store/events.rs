@@ -11,7 +11,18 @@ SELECT COUNT(*) AS depth, MIN(created_at) AS oldest FROM webhook_events WHERE st
 
 /// Events not yet confirmed by the broker, in the outbox's order (`CHECKOUT_AMQP_URL`).
 pub const UNPUBLISHED_EVENTS: &str = "\
-SELECT event_id, type, body FROM webhook_events WHERE published_at IS NULL ORDER BY seq LIMIT $1";
+SELECT event_id, type, body, broker_returns FROM webhook_events \
+ WHERE published_at IS NULL AND (broker_retry_at IS NULL OR broker_retry_at <= $2) \
+ ORDER BY seq LIMIT $1";
+
+/// An event the broker routed to no queue: offered again at `$2`.
+pub const MARK_RETURNED: &str = "\
+    UPDATE webhook_events SET broker_returns = broker_returns + 1, broker_retry_at = $2 \
+     WHERE event_id = $1 AND published_at IS NULL";
+
+/// Events the broker routed to no queue so far, for the metrics.
+pub const BROKER_UNROUTED: &str = "\
+    SELECT COUNT(*) AS depth FROM webhook_events WHERE published_at IS NULL AND broker_returns > 0";
 
 /// Events waiting for the broker, for the metrics.
 pub const BROKER_BACKLOG: &str =
@@ -240,6 +251,8 @@ pub struct UnpublishedEvent {
     pub event_id: String,
     pub event_type: String,
     pub body: String,
+    /// How many times the broker routed it to no queue.
+    pub broker_returns: i64,
 }
 
 /// An event to write in the transaction of the change it tells of.
@@ -253,16 +266,45 @@ pub struct NewEvent<'a> {
 }
 
 impl Store {
-    /// Up to `limit` events the broker has not confirmed, oldest first.
+    /// Up to `limit` events the broker has not confirmed into a queue, oldest first, but not
+    /// one returned whose next offer is after `now_ms`.
     pub async fn unpublished_events(
         &self,
         limit: i64,
+        now_ms: i64,
     ) -> Result<Vec<UnpublishedEvent>, StoreError> {
-        self.read(UNPUBLISHED_EVENTS, &[Arg::Int(limit)], |row| {
-            Ok(UnpublishedEvent {
-                event_id: row.text("event_id")?,
-                event_type: row.text("type")?,
-                body: row.text("body")?,
+        self.read(
+            UNPUBLISHED_EVENTS,
+            &[Arg::Int(limit), Arg::Int(now_ms)],
+            |row| {
+                Ok(UnpublishedEvent {
+                    event_id: row.text("event_id")?,
+                    event_type: row.text("type")?,
+                    body: row.text("body")?,
+                    broker_returns: row.int("broker_returns")?,
+                })
+            },
+        )
+        .await
+    }
+
+    /// Events the broker routed to no queue and that wait to be offered again.
+    pub async fn broker_unrouted(&self) -> Result<i64, StoreError> {
+        let rows = self
+            .read(BROKER_UNROUTED, &[], |row| row.int("depth"))
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or(0))
+    }
+
+    /// Events the broker returned (no queue took them): each offered again at its time.
+    pub async fn mark_returned(&self, returned: Vec<(String, i64)>) -> Result<(), StoreError> {
+        self.write(move |tx| {
+            Box::pin(async move {
+                for (event_id, retry_at) in &returned {
+                    tx.execute(MARK_RETURNED, &[Arg::Text(event_id), Arg::Int(*retry_at)])
+                        .await?;
+                }
+                Ok(())
             })
         })
         .await

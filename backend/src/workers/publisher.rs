@@ -1,7 +1,10 @@
 //! The outbox published to RabbitMQ (`CHECKOUT_AMQP_URL`), beside the webhooks: every event,
 //! in the outbox's order, to the durable topic exchange `checkout.events` with its type as the
 //! routing key, persistent, `message_id` = the event's id. An event counts as published only
-//! once the broker confirmed it (publisher confirms); then `published_at` is set. A crash or a
+//! once the broker confirmed it into a queue (publisher confirms, `mandatory`); then
+//! `published_at` is set. The broker confirms a message that no queue took too (it returns it
+//! first): such an event is not published, and is offered again later (1 s, doubling, at most
+//! 5 minutes), so that a consumer that binds its queue after it was written still gets it. A crash or a
 //! lost confirm in between publishes it again: at least once, and the consumers' inboxes absorb
 //! the copy (the same `message_id`). The money path never waits for it: events are read from
 //! the outbox after their commit, and a broker that is down only grows the backlog
@@ -24,6 +27,10 @@ pub const EXCHANGE: &str = checkout_shared::EVENTS_EXCHANGE;
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events published per round (each confirmed before the round's rows are marked).
 const BATCH: i64 = 100;
+/// An event no queue took is offered again after this long, then twice as long each time…
+const RETURNED_FIRST_WAIT_MS: i64 = 1_000;
+/// …but never longer than this.
+const RETURNED_LONGEST_WAIT_MS: i64 = 5 * 60 * 1_000;
 
 #[derive(Clone)]
 pub struct PublisherSettings {
@@ -87,8 +94,10 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
         .map_err(|_| format!("the broker did not answer within {SETUP_TIMEOUT:?}"))??;
     tracing::info!("publishing the outbox's events to the broker");
     loop {
-        let events = store.unpublished_events(BATCH).await?;
+        let now_ms = checkout_idempotency::now_ms();
+        let events = store.unpublished_events(BATCH, now_ms).await?;
         crate::metrics::broker_backlog(store.broker_backlog().await?);
+        crate::metrics::broker_unrouted(store.broker_unrouted().await?);
         if events.is_empty() {
             tokio::time::sleep(settings.poll).await;
             continue;
@@ -104,7 +113,10 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
                 .basic_publish(
                     EXCHANGE.into(),
                     event.event_type.as_str().into(),
-                    BasicPublishOptions::default(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
                     event.body.as_bytes(),
                     properties,
                 )
@@ -112,12 +124,25 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
             confirms.push(confirm);
         }
         let mut confirmed = Vec::with_capacity(events.len());
+        let mut returned = Vec::new();
         for (event, confirm) in events.iter().zip(confirms) {
             let confirm = tokio::time::timeout(SETUP_TIMEOUT, confirm)
                 .await
                 .map_err(|_| format!("no confirm within {SETUP_TIMEOUT:?}"))??;
             match confirm {
-                Confirmation::Ack(_) => confirmed.push(event.event_id.clone()),
+                Confirmation::Ack(None) => confirmed.push(event.event_id.clone()),
+                Confirmation::Ack(Some(_)) => {
+                    let wait = RETURNED_FIRST_WAIT_MS
+                        .saturating_mul(1 << event.broker_returns.clamp(0, 20))
+                        .min(RETURNED_LONGEST_WAIT_MS);
+                    if event.broker_returns == 0 {
+                        tracing::warn!(
+                            event_id = %event.event_id, event_type = %event.event_type,
+                            "no queue took the event (none is bound to its type yet): it is offered again later"
+                        );
+                    }
+                    returned.push((event.event_id.clone(), now_ms + wait));
+                }
                 other => {
                     return Err(format!(
                         "the broker did not confirm {}: {other:?}",
@@ -135,5 +160,8 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
             .mark_published(confirmed, checkout_idempotency::now_ms())
             .await?;
         crate::metrics::published(count);
+        if !returned.is_empty() {
+            store.mark_returned(returned).await?;
+        }
     }
 }
