@@ -250,6 +250,7 @@ fn verify(config: &Config, json: bool) -> ExitCode {
                     "name": c.invariant.name,
                     "says": c.invariant.says,
                     "over": c.invariant.over,
+                    "constraint": c.invariant.constraint,
                     "rows": c.rows,
                     "violation_count": c.violations.len(),
                     "took_ms": c.took.as_secs_f64() * 1000.0,
@@ -292,8 +293,14 @@ fn verify(config: &Config, json: bool) -> ExitCode {
                     ("FAIL", format!("  {n} violating: {shown}{more}"))
                 }
             };
+            // A check the schema already enforces fails only if that constraint was dropped.
+            let constraint = c
+                .invariant
+                .constraint
+                .map(|k| format!("  (also the schema's {k}: fails only if it was dropped)"))
+                .unwrap_or_default();
             println!(
-                "{mark} {:width$}  {:>9} {:<17} {:>8.1} ms{found}",
+                "{mark} {:width$}  {:>9} {:<17} {:>8.1} ms{found}{constraint}",
                 c.invariant.name,
                 c.rows,
                 c.invariant.over,

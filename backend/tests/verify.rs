@@ -13,7 +13,10 @@ use support::{Backend, Server, TestDb, metric, new_key, pay_session};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
 
-checkout_testkit::on_both_databases!(verify_reports_books_that_balance_and_books_that_do_not);
+checkout_testkit::on_both_databases!(
+    verify_reports_books_that_balance_and_books_that_do_not,
+    verify_sees_orphan_transfers_wrong_expiries_and_refund_events_by_id,
+);
 
 /// `checkout-server verify [--json]` over `url`: exit code, stdout, stderr.
 fn verify(url: &str, json: bool) -> (i32, String, String) {
@@ -87,7 +90,7 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
     let (code, report, _) = verify(&db.url, false);
     assert_eq!(code, 0, "{report}");
     assert!(
-        report.starts_with("the books balance: 19 invariants of "),
+        report.starts_with("the books balance: 21 invariants of "),
         "{report}"
     );
     assert!(!report.contains("FAIL"), "{report}");
@@ -95,7 +98,17 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
     assert_eq!(code, 0);
     let json: Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(json["holds"], true);
-    assert_eq!(json["invariants"].as_array().unwrap().len(), 19);
+    assert_eq!(json["invariants"].as_array().unwrap().len(), 21);
+    assert_eq!(
+        invariant(&json, "one_movement_per_claim")["constraint"],
+        "ledger.claim_id UNIQUE"
+    );
+    assert!(
+        report.contains(
+            "(also the schema's payments.checkout_session_id UNIQUE: fails only if it was dropped)"
+        ),
+        "{report}"
+    );
     assert_eq!(invariant(&json, "payments_moved_once")["rows"], 2);
     assert_eq!(invariant(&json, "refunds_moved_once")["rows"], 1);
     assert_eq!(
@@ -127,7 +140,7 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
     let (code, report, _) = verify(&db.url, false);
     assert_eq!(code, 1, "{report}");
     assert!(
-        report.starts_with("INVARIANTS BROKEN: 19 invariants"),
+        report.starts_with("INVARIANTS BROKEN: 21 invariants"),
         "{report}"
     );
     let failing: Vec<&str> = report.lines().filter(|l| l.starts_with("FAIL")).collect();
@@ -183,4 +196,94 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Three ways to break the books that the count-based checks did not see, each done behind the
+/// server's back: a transfer (balanced, claimed, balances adjusted to match) naming a payment
+/// that does not exist; a `checkout_session.expired` event for a session that is paid; and a
+/// refund's event rewritten to name another refund (the count of events per payment unchanged).
+/// Each is reported by its own invariant, with the ids breaking it, and by nothing else.
+async fn verify_sees_orphan_transfers_wrong_expiries_and_refund_events_by_id(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start(SERVER, &db).await;
+    let shop = server.add_shop("Лавка сверки").await;
+    let shopper = server.api().shopper().await;
+    let session = shop.session("V-ORPHAN", 20_000).await;
+    let paid = shopper.pay(&new_key(), &pay_session(&session)).await;
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
+    let payment_id = paid.json()["payment_id"].as_str().unwrap().to_owned();
+    let refund = shop.refund(&payment_id, &new_key(), 5_000).await;
+    assert_eq!(refund.status, StatusCode::CREATED, "{}", refund.body);
+    let refund_id = refund.json()["refund_id"].as_str().unwrap().to_owned();
+    let (code, report, _) = verify(&db.url, false);
+    assert_eq!(code, 0, "{report}");
+
+    let shopper_account = db
+        .scalar_text("SELECT shopper_account_id FROM payments LIMIT 1")
+        .await;
+    let shop_account = db
+        .scalar_text("SELECT shop_account_id FROM payments LIMIT 1")
+        .await;
+    for sql in [
+        // A balanced, claimed transfer for a payment no one made, the balances moved with it.
+        format!(
+            "INSERT INTO ledger (account_id, amount, kind, idempotency_key, claim_id, payment_id, created_at) \
+             VALUES ('{shopper_account}', -100, 'payment', 'k-ghost', 'c-ghost', 'pay_ghost', 1)"
+        ),
+        format!(
+            "INSERT INTO ledger (account_id, amount, kind, payment_id, created_at) \
+             VALUES ('{shop_account}', 100, 'payment', 'pay_ghost', 1)"
+        ),
+        format!(
+            "UPDATE accounts SET balance = balance - 100 WHERE account_id = '{shopper_account}'"
+        ),
+        format!("UPDATE accounts SET balance = balance + 100 WHERE account_id = '{shop_account}'"),
+        // The paid session said to have lapsed.
+        format!(
+            "INSERT INTO webhook_events (event_id, seq, shop_account_id, type, subject_id, body, \
+             created_at, next_attempt_at, status) \
+             SELECT 'evt_ghost', MAX(seq) + 1, '{shop_account}', 'checkout_session.expired', \
+                    '{session}', '{{}}', 1, 1, 'pending' FROM webhook_events"
+        ),
+        // The refund's event names another refund: one event per refund still, by count.
+        format!(
+            "UPDATE webhook_events SET body = REPLACE(body, '{refund_id}', 'ref_ghost') \
+              WHERE type = 'refund.succeeded'"
+        ),
+    ] {
+        db.execute(&sql).await;
+    }
+    let (code, json, _) = verify(&db.url, true);
+    let json: Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(
+        db.broken_invariants().await,
+        [
+            "transfers_name_their_change",
+            "refunds_have_one_event",
+            "expired_events_name_lapsed_sessions",
+        ],
+        "{json}"
+    );
+    assert_eq!(
+        invariant(&json, "transfers_name_their_change")["violations"],
+        serde_json::json!(["pay_ghost", "pay_ghost"])
+    );
+    assert_eq!(
+        invariant(&json, "expired_events_name_lapsed_sessions")["violations"],
+        serde_json::json!([session])
+    );
+    let refunds = invariant(&json, "refunds_have_one_event")["violations"].clone();
+    let refunds: Vec<&str> = refunds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(refunds.len(), 2, "{refunds:?}");
+    assert_eq!(refunds[0], refund_id, "the refund without its event");
+    assert!(
+        refunds[1].starts_with("evt_"),
+        "the event without its refund: {refunds:?}"
+    );
 }
