@@ -426,6 +426,7 @@ impl Config {
                 DbPooler::None => crate::store::Pooling::Direct,
                 DbPooler::Transaction => crate::store::Pooling::Transaction,
             },
+            after_sqlite_commit: Default::default(),
         }
     }
 

@@ -50,6 +50,8 @@ pub struct Seams {
     /// Called once the broker confirmed a batch of events, before they are marked published
     /// (e.g. to crash right there).
     pub after_broker_confirm: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Called by the SQLite writer after each successful COMMIT (see `AfterSqliteCommit`).
+    pub after_sqlite_commit: store::AfterSqliteCommit,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +86,11 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
             addr: config.addr,
             source,
         })?;
-    let store = Store::connect(&config.database_url, config.store_settings())
+    let settings = store::StoreSettings {
+        after_sqlite_commit: seams.after_sqlite_commit.clone(),
+        ..config.store_settings()
+    };
+    let store = Store::connect(&config.database_url, settings)
         .await
         .map_err(|source| StartError::Database {
             url: config.database_url_redacted(),

@@ -79,6 +79,7 @@ async fn open_store(db: &TestDb, lock_timeout: Duration) -> Store {
         } else {
             Pooling::Transaction
         },
+        after_sqlite_commit: Default::default(),
     };
     Store::connect(&db.server_url, settings).await.unwrap()
 }

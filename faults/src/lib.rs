@@ -17,6 +17,8 @@
 //! | `drop_after_commit_percent=P` | each commits, then with probability P % is cut so |
 //! | `html_after_commit=N` | the first N payments commit, then answer `200` with a proxy's HTML page |
 //! | `delay_account_ms=MS` | (not keyed) `GET /api/account` answers MS late |
+//! | `sqlite_commit_io_error_at=N` | (SQLite) the N-th keyed request commits, then its COMMIT reports an I/O error |
+//! | `sqlite_writer_dies_at=N` | (SQLite) the N-th keyed request commits, then the writer thread dies before answering |
 //! | `crash_after_broker_confirm=N` | (`CHECKOUT_AMQP_URL`) the process aborts once the broker confirmed its N-th batch of events, before they are marked published |
 
 mod receipts;
@@ -57,8 +59,12 @@ pub fn main() -> ExitCode {
     }
     let after_commit = faults.clone();
     let confirmed = faults.clone();
+    let sqlite = faults.clone();
     checkout_backend::cli::main_with(Seams {
         after_broker_confirm: Some(Arc::new(move || confirmed.after_broker_confirm())),
+        after_sqlite_commit: checkout_backend::store::AfterSqliteCommit(Some(Arc::new(
+            move || sqlite.after_sqlite_commit(),
+        ))),
         hooks: Some(faults),
         routes: None,
         wrap: Some(Box::new(move |router: Router| {
@@ -93,6 +99,13 @@ pub struct Faults {
     delay_account: Duration,
     claims_seen: Mutex<HashMap<String, u64>>,
     crash_after_broker_confirm: AtomicU64,
+    sqlite_commit_io_error_at: u64,
+    sqlite_writer_dies_at: u64,
+    /// Keyed requests that reached their COMMIT so far.
+    keyed_commits: AtomicU64,
+    /// What the SQLite writer's next COMMIT suffers (armed by a keyed request's before-commit
+    /// hook, which runs on the writer thread in that very batch): 1 an I/O error, 2 death.
+    sqlite_commit_armed: std::sync::atomic::AtomicU8,
 }
 
 /// `name=N,name=N,…` (a bare `name` is `name=1`), as `(name, N)` pairs.
@@ -130,10 +143,27 @@ impl Faults {
                 "crash_after_broker_confirm" => {
                     faults.crash_after_broker_confirm = AtomicU64::new(value)
                 }
+                "sqlite_commit_io_error_at" => faults.sqlite_commit_io_error_at = value,
+                "sqlite_writer_dies_at" => faults.sqlite_writer_dies_at = value,
                 other => return Err(format!("unknown fault {other}")),
             }
         }
         Ok(faults)
+    }
+
+    /// The SQLite writer's COMMIT went through: report an I/O error instead, or die, if armed.
+    fn after_sqlite_commit(&self) -> Result<(), String> {
+        match self.sqlite_commit_armed.swap(0, Ordering::SeqCst) {
+            1 => {
+                eprintln!("FAULT: the COMMIT went through; reporting an I/O error instead");
+                Err("injected: disk I/O error at COMMIT".into())
+            }
+            2 => {
+                eprintln!("FAULT: the SQLite writer dies after its COMMIT, before answering");
+                panic!("injected: the SQLite writer dies after COMMIT");
+            }
+            _ => Ok(()),
+        }
     }
 
     /// After `COMMIT`, before the answer leaves: may delay it, replace it with `503`, or cut
@@ -199,6 +229,14 @@ impl Hooks for Faults {
     fn before_commit(&self, scope: &str, key: &str) -> HookFuture {
         let delay = self.delay_before_commit;
         let fail = take(&self.fail_before_commit) || self.fails_this_try(scope, key);
+        if !fail {
+            let nth = self.keyed_commits.fetch_add(1, Ordering::SeqCst) + 1;
+            if nth == self.sqlite_commit_io_error_at {
+                self.sqlite_commit_armed.store(1, Ordering::SeqCst);
+            } else if nth == self.sqlite_writer_dies_at {
+                self.sqlite_commit_armed.store(2, Ordering::SeqCst);
+            }
+        }
         Box::pin(async move {
             if !delay.is_zero() {
                 // A sign for tests that a request is inside its transaction.

@@ -234,3 +234,47 @@ async fn a_commit_without_an_answer_is_not_called_nothing_charged() {
     assert_eq!(shopper.balance().await, OPENING_BALANCE - 1_200);
     db.assert_invariants().await;
 }
+
+/// SQLite: the `COMMIT` that held a payment reports an I/O error (here after the write went
+/// through, as a failed sync can), or the writer thread dies after its `COMMIT`, before
+/// answering. Either way the server cannot know what reached the file: its `503` says to retry
+/// with the same key, never that nothing was charged; the retry (on the server started again
+/// when the writer died) finds the payment, charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sqlite_commit_in_doubt_is_not_called_nothing_charged() {
+    // The payment is the second keyed request (the session is the first).
+    for fault in ["sqlite_commit_io_error_at=2", "sqlite_writer_dies_at=2"] {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let mut server = Server::start_with(SERVER, &db, &[("CHECKOUT_FAULTS", fault)]).await;
+        let shopper = server.api().shopper().await;
+        let body = server
+            .add_shop("Лавка")
+            .await
+            .checkout("ord-sqlite-doubt", 1_300)
+            .await;
+        let key = new_key();
+        let answer = shopper.pay(&key, &body).await;
+        answer.assert_problem(503, "service_unavailable");
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(
+            !detail.contains("nothing was charged") && detail.contains("same key"),
+            "{fault}: {detail}"
+        );
+        assert!(answer.headers.contains_key("retry-after"), "{fault}");
+        if fault.starts_with("sqlite_writer_dies") {
+            // No writer, no writes: the operator restarts it (the file keeps what committed).
+            let status = tokio::task::spawn_blocking(move || {
+                let status = server.terminate();
+                (status, server)
+            });
+            drop(status.await.unwrap());
+            server = Server::start(SERVER, &db).await;
+        }
+        let shopper = shopper.on(&server);
+        let again = shopper.pay_until_definite(&key, &body).await;
+        assert_eq!(again.status, StatusCode::CREATED, "{fault}: {}", again.body);
+        assert!(again.replayed(), "{fault}: the first try had committed");
+        assert_eq!(shopper.balance().await, OPENING_BALANCE - 1_300, "{fault}");
+        db.assert_invariants().await;
+    }
+}

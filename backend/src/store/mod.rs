@@ -24,6 +24,7 @@ mod sqlite;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use checkout_idempotency::{Classify, Failure, Finish, Work};
@@ -108,8 +109,24 @@ pub enum ConnectError {
     Config(String),
 }
 
+/// A test's seam in the SQLite writer, called after each `COMMIT` that succeeded, before any
+/// unit of the batch is answered: `Err` stands for a `COMMIT` that reported an I/O error (its
+/// data may be on disk all the same), a panic for a writer thread that dies right there.
+#[derive(Clone, Default)]
+pub struct AfterSqliteCommit(pub Option<Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+
+impl std::fmt::Debug for AfterSqliteCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "AfterSqliteCommit(set)"
+        } else {
+            "AfterSqliteCommit(none)"
+        })
+    }
+}
+
 /// How the store is opened.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct StoreSettings {
     /// PostgreSQL connections of this instance.
     pub pool_size: u32,
@@ -125,6 +142,8 @@ pub struct StoreSettings {
     pub sqlite_max_size_kib: Option<u64>,
     /// PostgreSQL: straight, or through a pooler in transaction mode.
     pub pooling: Pooling,
+    /// A test's seam (see [`AfterSqliteCommit`]); none in the shipped server.
+    pub after_sqlite_commit: AfterSqliteCommit,
 }
 
 #[derive(Clone, Copy, Debug, Default)]

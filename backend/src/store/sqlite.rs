@@ -102,9 +102,19 @@ pub async fn connect(
     let stats = Arc::new(WriterStats::default());
     let runtime = Handle::current();
     let thread_stats = stats.clone();
+    let after_commit = settings.after_sqlite_commit.clone();
     std::thread::Builder::new()
         .name("sqlite-writer".into())
-        .spawn(move || write_batches(conn, &jobs, &runtime, max_batch.max(1), &thread_stats))
+        .spawn(move || {
+            write_batches(
+                conn,
+                &jobs,
+                &runtime,
+                max_batch.max(1),
+                &thread_stats,
+                &after_commit,
+            )
+        })
         .map_err(|e| ConnectError::Config(format!("cannot start the SQLite writer: {e}")))?;
     Ok(SqliteStore {
         writer,
@@ -257,7 +267,12 @@ impl SqliteStore {
         }
         match answer.await {
             Ok(result) => result,
-            Err(_) => Err(StoreError::Unavailable("the SQLite writer has stopped".into()).into()),
+            // The writer took the unit and stopped before answering: it may have stopped after
+            // the COMMIT that held it. Only the key can tell.
+            Err(_) => Err(StoreError::InDoubt(
+                "the SQLite writer stopped before answering; the write may have committed".into(),
+            )
+            .into()),
         }
     }
 
@@ -371,7 +386,11 @@ impl<W: Work<Tx>> Job for Unit<W> {
             )
             .into()),
             // Even a unit that rolled itself back may have read what an earlier unit of the
-            // batch wrote: no answer survives a failed commit.
+            // batch wrote: no answer survives a failed commit. A commit whose outcome is not
+            // known stays so for each unit.
+            (Some(_), Err(StoreError::InDoubt(error))) => {
+                Err(StoreError::InDoubt(error.to_string().into()).into())
+            }
             (Some(_), Err(error)) => Err(StoreError::Unavailable(error.to_string().into()).into()),
             (Some(Ok(Finish::Commit(output) | Finish::Rollback(output))), Ok(())) => Ok(output),
             (Some(Err(error)), Ok(())) => Err(error),
@@ -394,6 +413,7 @@ fn write_batches(
     runtime: &Handle,
     max_batch: usize,
     stats: &WriterStats,
+    after_commit: &super::AfterSqliteCommit,
 ) {
     while let Ok(first) = jobs.recv() {
         if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
@@ -435,10 +455,28 @@ fn write_batches(
             }
             None => {
                 let committed = conn.execute_batch("COMMIT").map_err(classify);
-                if committed.is_err() && !conn.is_autocommit() {
-                    let _ = conn.execute_batch("ROLLBACK");
+                let committed = match (committed, &after_commit.0) {
+                    (Ok(()), Some(seam)) => seam().map_err(|injected| {
+                        classify(rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                            Some(injected),
+                        ))
+                    }),
+                    (committed, _) => committed,
+                };
+                match committed {
+                    Ok(()) => Ok(()),
+                    // Still inside the transaction (the COMMIT was refused, e.g. busy): rolled
+                    // back here, so surely nothing of it committed.
+                    Err(error) if !conn.is_autocommit() => {
+                        let _ = conn.execute_batch("ROLLBACK");
+                        Err(error)
+                    }
+                    // SQLite ended the transaction itself while committing (an I/O error, a
+                    // full disk): what reached the file is not known here. Only the keys can
+                    // tell, so every unit of the batch is answered "in doubt".
+                    Err(error) => Err(StoreError::InDoubt(error.to_string().into())),
                 }
-                committed
             }
         };
         crate::metrics::group_commit(batch.len());
