@@ -168,6 +168,15 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         ),
     };
     app.site.warm();
+    // The abuse limiters forget the keys idle for a window, every minute.
+    let limits = app.limits.clone();
+    let forgetting = tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            ticks.tick().await;
+            limits.forget_idle();
+        }
+    });
     if let Some(metrics_addr) = config.metrics_addr {
         api::metrics::serve(metrics_addr, app.store.clone())
             .await
@@ -191,6 +200,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     .await
     .map_err(StartError::Serve)?;
     sweeper.abort();
+    forgetting.abort();
     delivery.abort();
     for worker in [verifier, publisher].into_iter().flatten() {
         worker.abort();

@@ -30,6 +30,37 @@ checkout_testkit::on_both_databases!(
     a_passkey_answer_is_checked_and_its_ceremony_used_once,
 );
 
+/// The server's resident memory, in KiB (Linux: `VmRSS` of `/proc/<pid>/status`).
+fn resident_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Thirty sign-ins (the per-address allowance) with a 1 MB e-mail each: refused, and the
+/// limiter keeps no copy of those e-mails (it kept each, 30 MB that never came back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_emails_leave_nothing_behind_in_the_limiter() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let server = Server::start(SERVER, &db).await;
+    let api = server.api();
+    // Warm up: the allocator's and the runtime's first growth is not the limiter's.
+    for i in 0..3 {
+        api.sign_in(&format!("warm{i}@example.ru"), PASSWORD).await;
+    }
+    let before = resident_kib(server.pid());
+    for i in 0..30 {
+        let email = format!("{i}{}@example.ru", "x".repeat(1_000_000));
+        let answer = api.sign_in(&email, PASSWORD).await;
+        assert!(answer.status.is_client_error(), "{}", answer.status);
+    }
+    let grown = resident_kib(server.pid()).saturating_sub(before);
+    assert!(grown < 10_240, "the server grew by {grown} KiB and kept it");
+}
+
 const PASSWORD: &str = "correct horse battery";
 
 fn events_of(answer: &support::Answer) -> Vec<Value> {

@@ -39,7 +39,9 @@ impl Default for LimitSettings {
 
 #[derive(Debug)]
 pub struct Limits {
-    sign_in_per_account: DefaultKeyedRateLimiter<String>,
+    /// Keyed by a digest of the normalized e-mail: 16 bytes whatever was sent (an e-mail of a
+    /// megabyte, kept as the key, was a megabyte held per attempt).
+    sign_in_per_account: DefaultKeyedRateLimiter<[u8; 16]>,
     sign_in_per_address: DefaultKeyedRateLimiter<IpAddr>,
     test_shoppers_per_address: DefaultKeyedRateLimiter<IpAddr>,
     keys_in_progress: u32,
@@ -48,6 +50,16 @@ pub struct Limits {
 
 /// Keyed limiters keep a state per key seen; past this many they forget the idle ones.
 const FORGET_ABOVE: usize = 100_000;
+
+/// The per-account limiter's key: the e-mail as sign-in normalizes it (trimmed, lower case),
+/// digested to a fixed size.
+fn account_key(email: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(email.trim().to_lowercase().as_bytes());
+    let mut key = [0; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
+}
 
 /// `n` per `window`: a burst of `n`, one more every `window / n`.
 fn per_window(n: u32, window: std::time::Duration) -> Quota {
@@ -93,7 +105,18 @@ impl Limits {
     /// A sign-in or sign-up attempt at `email` from `address`: both allowances must have room.
     pub fn sign_in(&self, address: IpAddr, email: &str) -> Result<(), ApiError> {
         check(&self.sign_in_per_address, &address)?;
-        check(&self.sign_in_per_account, &email.trim().to_lowercase())
+        check(&self.sign_in_per_account, &account_key(email))
+    }
+
+    /// Forgets the keys whose allowance is whole again (idle for a window): called on a timer,
+    /// so that memory a burst of keys took comes back, however few keys there are.
+    pub fn forget_idle(&self) {
+        self.sign_in_per_account.retain_recent();
+        self.sign_in_per_account.shrink_to_fit();
+        self.sign_in_per_address.retain_recent();
+        self.sign_in_per_address.shrink_to_fit();
+        self.test_shoppers_per_address.retain_recent();
+        self.test_shoppers_per_address.shrink_to_fit();
     }
 
     /// A passkey ceremony (no e-mail is typed: only the address is counted).
