@@ -40,6 +40,42 @@ fn resident_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// The peak of the server's resident memory, in KiB (`VmHWM`).
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// Sixty sign-ins at once (each an Argon2id check of 19 MiB): the server runs only as many
+/// at a time as it has cores, so its memory peaks at a few of them, not at sixty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn argon2_work_is_bounded_however_many_sign_ins_come_at_once() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let server =
+        Server::start_with(SERVER, &db, &[("CHECKOUT_SIGN_IN_PER_ADDRESS", "10000")]).await;
+    let api = server.api();
+    api.sign_in("warm@example.ru", PASSWORD).await;
+    let before = peak_kib(server.pid());
+    let answers = join_all((0..60).map(|i| {
+        let api = api.clone();
+        async move { api.sign_in(&format!("n{i}@example.ru"), PASSWORD).await }
+    }))
+    .await;
+    for answer in &answers {
+        answer.assert_problem(401, "invalid_credentials");
+    }
+    let grown = peak_kib(server.pid()).saturating_sub(before);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert!(
+        grown < (cores + 2) * 20 * 1024,
+        "the peak grew by {grown} KiB for {cores} cores"
+    );
+}
+
 /// Thirty sign-ins (the per-address allowance) with a 1 MB e-mail each: refused, and the
 /// limiter keeps no copy of those e-mails (it kept each, 30 MB that never came back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

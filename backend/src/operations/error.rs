@@ -35,6 +35,9 @@ pub enum ApiError {
         "the request kept colliding with concurrent ones; nothing was charged, retry it with the same key"
     )]
     Contended,
+    /// More password and code checks wait than the server runs at once: try again shortly.
+    #[error("too many sign-ins are being checked at once; try again shortly")]
+    PasswordChecksBusy,
     /// A shopper of one mode and a session of the other: test money never pays a live session,
     /// live money never a test one.
     #[error("{0}")]
@@ -84,6 +87,7 @@ impl ApiError {
             ApiError::KeyReused(_) => (422, ErrorCode::IdempotencyKeyReused),
             ApiError::KeyInUse => (409, ErrorCode::IdempotencyKeyInUse),
             ApiError::Contended => (503, ErrorCode::ServiceUnavailable),
+            ApiError::PasswordChecksBusy => (503, ErrorCode::ServiceUnavailable),
             ApiError::ModeMismatch(_) => (403, ErrorCode::LivemodeMismatch),
             ApiError::TooManyRequests(_) => (429, ErrorCode::TooManyRequests),
             ApiError::InvalidCredentials => (401, ErrorCode::InvalidCredentials),
