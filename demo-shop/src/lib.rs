@@ -85,6 +85,8 @@ pub struct Shop {
     pub inbox_protocol: checkout_idempotency::Protocol,
     /// The staff password's Argon2id hash; `None`: the back office is closed.
     pub staff_password_hash: Option<String>,
+    /// The staff sign-in's limits on wrong passwords, and its Argon2id turns.
+    pub staff_guard: Arc<staff::Guard>,
     /// Where shoppers reach this shop (`http://127.0.0.1:3001`): the checkout's full payment page
     /// sends them back to the order page there.
     pub public_url: Url,
@@ -177,6 +179,7 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         checkout: Arc::new(checkout),
         inbox_protocol: checkout_idempotency::Protocol::new(INBOX_RETENTION),
         staff_password_hash: config.staff_password_hash.clone(),
+        staff_guard: Arc::default(),
         public_url,
     };
     tracing::info!(
@@ -187,10 +190,14 @@ pub async fn run(config: Config, wrap: Option<Wrap>) -> Result<(), String> {
         Some(wrap) => wrap(router(shop)),
         None => router(shop),
     };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| e.to_string())
+    // The client's address: the staff sign-in limits wrong passwords per address.
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// The exporter (the process's one recorder) and `GET /metrics` on an address of its own.

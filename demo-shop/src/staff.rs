@@ -6,12 +6,15 @@
 //! all: the browser says where a request came from (`Sec-Fetch-Site`, `Origin`).
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use argon2::Argon2;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::Form;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -61,10 +64,76 @@ pub fn hash_password_command() -> std::process::ExitCode {
     }
 }
 
+/// Wrong passwords are counted per client address and in all, over a sliding window; only
+/// wrong ones (signing in often is no guessing), and each counted before its check (guesses
+/// sent at once are each counted). An address past its allowance waits; the staff at another
+/// address does not. Past the allowance in all (guessing from many addresses), everyone waits.
+const WINDOW: Duration = Duration::from_secs(60);
+const WRONG_PER_ADDRESS: usize = 5;
+const WRONG_IN_ALL: usize = 50;
+
+/// The sign-in's wrong-password counts, and its Argon2id turns (one per core, so that a burst
+/// of sign-ins cannot take every core and 19 MiB each).
+#[derive(Debug)]
+pub struct Guard {
+    wrong: Mutex<HashMap<IpAddr, Vec<Instant>>>,
+    argon2: tokio::sync::Semaphore,
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Guard {
+            wrong: Mutex::default(),
+            argon2: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
+        }
+    }
+}
+
+impl Guard {
+    /// Counts an attempt from `address` as wrong until it is known right (`Err`: how long the
+    /// address must wait).
+    fn attempt(&self, address: IpAddr) -> Result<Instant, Duration> {
+        let now = Instant::now();
+        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
+        wrong.retain(|_, times| {
+            times.retain(|t| now.duration_since(*t) < WINDOW);
+            !times.is_empty()
+        });
+        let in_all = wrong.values().map(Vec::len).sum::<usize>();
+        let here = wrong.get(&address).map_or(&[][..], Vec::as_slice);
+        let wait_for = |oldest: Option<&Instant>| {
+            oldest.map_or(WINDOW, |t| WINDOW.saturating_sub(now.duration_since(*t)))
+        };
+        if here.len() >= WRONG_PER_ADDRESS {
+            return Err(wait_for(here.iter().min()));
+        }
+        if in_all >= WRONG_IN_ALL {
+            return Err(wait_for(wrong.values().flatten().min()));
+        }
+        wrong.entry(address).or_default().push(now);
+        Ok(now)
+    }
+
+    /// The attempt was right: it does not count.
+    fn was_right(&self, address: IpAddr, at: Instant) {
+        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(times) = wrong.get_mut(&address)
+            && let Some(i) = times.iter().position(|t| *t == at)
+        {
+            times.swap_remove(i);
+        }
+    }
+}
+
 /// Checks the password against the configured hash, off the async threads (Argon2 is slow on
-/// purpose).
-async fn password_matches(hash: Option<String>, password: String) -> bool {
+/// purpose), one per core at a time.
+async fn password_matches(guard: &Guard, hash: Option<String>, password: String) -> bool {
     let Some(hash) = hash else { return false };
+    let Ok(_turn) = guard.argon2.acquire().await else {
+        return false;
+    };
     tokio::task::spawn_blocking(move || {
         PasswordHash::new(&hash)
             .map(|parsed| {
@@ -189,17 +258,57 @@ fn sign_in_page(open: bool, error: Option<&str>) -> Markup {
     )
 }
 
+/// The client's address as this server sees it (unknown: served without connection info).
+pub struct ClientAddress(IpAddr);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddress(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip()),
+        ))
+    }
+}
+
 /// `POST /admin/login`: the password, then a sign-in cookie.
 pub async fn login(
     State(shop): State<Shop>,
+    ClientAddress(address): ClientAddress,
     Form(form): Form<HashMap<String, String>>,
 ) -> Result<Response, ShopError> {
     let password = form.get("password").cloned().unwrap_or_default();
-    if !password_matches(shop.staff_password_hash.clone(), password).await {
-        tracing::warn!("a wrong staff password");
+    let attempt = match shop.staff_guard.attempt(address) {
+        Ok(attempt) => attempt,
+        Err(wait) => {
+            let seconds = wait.as_secs().max(1);
+            tracing::warn!(%address, "staff sign-in refused: too many wrong passwords");
+            let said =
+                format!("Слишком много неверных попыток: подождите {seconds} с и попробуйте снова");
+            let page = sign_in_page(shop.staff_password_hash.is_some(), Some(&said));
+            return Ok((
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, seconds.to_string())],
+                page,
+            )
+                .into_response());
+        }
+    };
+    if !password_matches(
+        &shop.staff_guard,
+        shop.staff_password_hash.clone(),
+        password,
+    )
+    .await
+    {
+        tracing::warn!(%address, "a wrong staff password");
         let page = sign_in_page(shop.staff_password_hash.is_some(), Some("Неверный пароль"));
         return Ok((StatusCode::UNAUTHORIZED, page).into_response());
     }
+    shop.staff_guard.was_right(address, attempt);
     let (token, csrf) = (random_token(), random_token());
     let now = now_ms();
     shop.store
@@ -276,8 +385,12 @@ mod tests {
         );
         assert!(!hash.contains("кофе"));
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        assert!(runtime.block_on(password_matches(Some(hash.clone()), "кофе-и-зерно".into())));
-        assert!(!runtime.block_on(password_matches(Some(hash), "кофе".into())));
-        assert!(!runtime.block_on(password_matches(None, "".into())));
+        let guard = Guard::default();
+        let matches = |hash: Option<String>, password: &str| {
+            runtime.block_on(password_matches(&guard, hash, password.into()))
+        };
+        assert!(matches(Some(hash.clone()), "кофе-и-зерно"));
+        assert!(!matches(Some(hash), "кофе"));
+        assert!(!matches(None, ""));
     }
 }
