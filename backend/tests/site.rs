@@ -467,3 +467,57 @@ async fn the_api_answers_no_other_origin_and_the_demo_page_redirects() {
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
 }
+
+/// Answers that carry a token or a balance are never stored by a cache (`no-store`); the widget's
+/// files keep their own caching. Served as `https://…` (`CHECKOUT_PUBLIC_ORIGIN`), every answer
+/// tells the browser to come back only over https (HSTS); over plain http it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_and_balances_are_never_cached_and_https_is_sticky() {
+    let site = site();
+    let (db, server, _shop) = start(Backend::Sqlite, &site).await;
+    let made = reqwest::Client::new()
+        .post(format!("{}/api/test/shoppers", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.headers()["cache-control"], "no-store");
+    let token = made.json::<serde_json::Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let account = reqwest::Client::new()
+        .get(format!("{}/api/account", server.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(account.headers()["cache-control"], "no-store");
+    assert!(account.headers().get("strict-transport-security").is_none());
+    let file = reqwest::get(format!("{}/app-0123456789abcdef.js", server.base))
+        .await
+        .unwrap();
+    assert_eq!(
+        file.headers()["cache-control"],
+        "public, max-age=31536000, immutable"
+    );
+    drop(server);
+
+    let dir = site.path().display().to_string();
+    let https = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_STATIC_DIR", &dir),
+            ("CHECKOUT_PUBLIC_ORIGIN", "https://pay.example.ru"),
+        ],
+    )
+    .await;
+    for path in ["/healthz", "/account", "/app-0123456789abcdef.js"] {
+        let answer = reqwest::get(format!("{}{path}", https.base)).await.unwrap();
+        assert_eq!(
+            answer.headers()["strict-transport-security"],
+            "max-age=31536000; includeSubDomains",
+            "{path}"
+        );
+    }
+}

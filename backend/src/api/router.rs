@@ -53,6 +53,7 @@ pub fn router(
         api = api.merge(routes);
     }
     let policy = HeaderValue::from_str(&app.site.policy("'none'")).expect("the policy is ASCII");
+    let https = app.https;
     let mut api = api.with_state(app);
     if let Some(wrap) = wrap {
         api = wrap(api);
@@ -93,7 +94,7 @@ pub fn router(
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         // Outermost, so that every answer has them, the framework's own errors included.
         .layer(middleware::map_response(move |response| {
-            security_headers(response, policy.clone())
+            security_headers(response, policy.clone(), https)
         }))
 }
 
@@ -243,10 +244,21 @@ async fn problem_for_bare_errors(response: Response) -> Response {
 
 /// Every answer: a strict content security policy (the checkout's pages' own, framed by no one,
 /// unless the answer set its own: the payment page), `nosniff`, no referrer, and
-/// `X-Frame-Options: DENY` except on a page that may be framed.
-async fn security_headers(mut response: Response, policy: HeaderValue) -> Response {
+/// `X-Frame-Options: DENY` except on a page that may be framed; `no-store` unless it says how it
+/// may be cached (the API's answers carry tokens and balances: no cache keeps them); HSTS when
+/// the checkout is served over https.
+async fn security_headers(mut response: Response, policy: HeaderValue, https: bool) -> Response {
     let framable = response.extensions().get::<Framable>().is_some_and(|f| f.0);
     let headers = response.headers_mut();
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    if https {
+        headers.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000; includeSubDomains"),
+        );
+    }
     if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
         headers.insert(header::CONTENT_SECURITY_POLICY, policy);
     }

@@ -31,4 +31,6 @@ pub struct AppState {
     pub mailer: Option<Arc<Mailer>>,
     /// The checkout as the passkeys' relying party (its public origin).
     pub passkeys: Arc<RelyingParty>,
+    /// Served over https (`CHECKOUT_PUBLIC_ORIGIN`): every answer carries HSTS.
+    pub https: bool,
 }
