@@ -272,7 +272,8 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub limit_window_secs: u64,
 
-    /// Sign-in and sign-up attempts per window at one account (e-mail), per instance.
+    /// Per window at one account (e-mail), per instance: mails asked for (sign-up, recovery),
+    /// and wrong guesses at its password or code from one address (ten times this from all).
     #[arg(long = "sign-in-per-account", env = "CHECKOUT_SIGN_IN_PER_ACCOUNT", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub sign_in_per_account: u32,

@@ -1,5 +1,6 @@
 //! Abuse limits, in memory per server instance (`governor`'s keyed GCRA limiters): sign-in and
-//! sign-up attempts per account (e-mail) and per client address, test-shopper creation per
+//! sign-up attempts per client address, mails asked for per account (e-mail), wrong guesses
+//! at an account's password or code per (account, address) and per account in all, test-shopper creation per
 //! address, and how many keyed requests one principal may have executing at once. Refused with
 //! `429` + `Retry-After`. Behind N instances a client gets up to N times each allowance (each
 //! instance counts alone); the README says what to put in front for one shared count.
@@ -8,6 +9,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -46,7 +48,23 @@ pub struct Limits {
     test_shoppers_per_address: DefaultKeyedRateLimiter<IpAddr>,
     keys_in_progress: u32,
     in_progress: Arc<Mutex<HashMap<String, u32>>>,
+    /// Wrong guesses (a password, a code) at each account, with the address each came from.
+    wrong: Mutex<HashMap<[u8; 16], Vec<(IpAddr, Instant)>>>,
+    wrong_per_address: usize,
+    window: Duration,
 }
+
+/// A guess at an account, counted as wrong until [`Limits::right`] says it was not.
+#[must_use]
+pub struct Guess {
+    account: [u8; 16],
+    address: IpAddr,
+    at: Instant,
+}
+
+/// Wrong guesses at one account from all addresses together, as a multiple of those allowed
+/// from one address: guessing from many addresses is held back too (and then everyone waits).
+const WRONG_IN_ALL_PER_ADDRESS_ALLOWANCE: usize = 10;
 
 /// Keyed limiters keep a state per key seen; past this many they forget the idle ones.
 const FORGET_ABOVE: usize = 100_000;
@@ -99,13 +117,66 @@ impl Limits {
             )),
             keys_in_progress: settings.keys_in_progress.max(1),
             in_progress: Arc::default(),
+            wrong: Mutex::default(),
+            wrong_per_address: settings.sign_in_per_account.max(1) as usize,
+            window: settings.window,
         }
     }
 
-    /// A sign-in or sign-up attempt at `email` from `address`: both allowances must have room.
-    pub fn sign_in(&self, address: IpAddr, email: &str) -> Result<(), ApiError> {
+    /// A request that mails `email` a code (a sign-up, a recovery) from `address`: the address's
+    /// attempts and the account's mails must have room (every one counts: each is a mail).
+    pub fn mail(&self, address: IpAddr, email: &str) -> Result<(), ApiError> {
         check(&self.sign_in_per_address, &address)?;
         check(&self.sign_in_per_account, &account_key(email))
+    }
+
+    /// A guess at `email`'s secret (a password, a mailed code) from `address`: the address's
+    /// attempts must have room, and the account's wrong guesses from this address (and from
+    /// all together) too. Only wrong guesses count against the account: each is counted before
+    /// it is checked (guesses sent at once are each counted) and uncounted if it was right, so
+    /// the owner signing in often, or from another address than a guesser's, is not refused.
+    pub fn guess(&self, address: IpAddr, email: &str) -> Result<Guess, ApiError> {
+        check(&self.sign_in_per_address, &address)?;
+        let account = account_key(email);
+        let now = Instant::now();
+        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
+        let times = wrong.entry(account).or_default();
+        times.retain(|(_, at)| now.duration_since(*at) < self.window);
+        let here: Vec<Instant> = times
+            .iter()
+            .filter(|(from, _)| *from == address)
+            .map(|(_, at)| *at)
+            .collect();
+        let wait = |oldest: Option<Instant>| {
+            let left = oldest.map_or(self.window, |t| {
+                self.window.saturating_sub(now.duration_since(t))
+            });
+            ApiError::TooManyRequests(left.as_secs_f64().ceil().max(1.0) as u64)
+        };
+        if here.len() >= self.wrong_per_address {
+            return Err(wait(here.iter().min().copied()));
+        }
+        if times.len() >= self.wrong_per_address * WRONG_IN_ALL_PER_ADDRESS_ALLOWANCE {
+            return Err(wait(times.iter().map(|(_, at)| *at).min()));
+        }
+        times.push((address, now));
+        Ok(Guess {
+            account,
+            address,
+            at: now,
+        })
+    }
+
+    /// The guess was right: it does not count.
+    pub fn right(&self, guess: Guess) {
+        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(times) = wrong.get_mut(&guess.account)
+            && let Some(i) = times
+                .iter()
+                .position(|(from, at)| *from == guess.address && *at == guess.at)
+        {
+            times.swap_remove(i);
+        }
     }
 
     /// Forgets the keys whose allowance is whole again (idle for a window): called on a timer,
@@ -117,6 +188,13 @@ impl Limits {
         self.sign_in_per_address.shrink_to_fit();
         self.test_shoppers_per_address.retain_recent();
         self.test_shoppers_per_address.shrink_to_fit();
+        let now = Instant::now();
+        let mut wrong = self.wrong.lock().unwrap_or_else(|e| e.into_inner());
+        wrong.retain(|_, times| {
+            times.retain(|(_, at)| now.duration_since(*at) < self.window);
+            !times.is_empty()
+        });
+        wrong.shrink_to_fit();
     }
 
     /// A passkey ceremony (no e-mail is typed: only the address is counted).

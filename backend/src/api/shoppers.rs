@@ -98,7 +98,7 @@ pub async fn sign_up(
     ClientAddress(address): ClientAddress,
     body: JsonBody<SignUp>,
 ) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
-    app.limits.sign_in(address, &body.value.email)?;
+    app.limits.mail(address, &body.value.email)?;
     let sent = shoppers::sign_up(
         &app.store,
         app.mailer.as_deref(),
@@ -125,9 +125,10 @@ pub async fn confirm_sign_up(
     ClientAddress(address): ClientAddress,
     body: JsonBody<EmailCode>,
 ) -> Result<(StatusCode, Json<ShopperToken>), ApiError> {
-    app.limits.sign_in(address, &body.value.email)?;
+    let guess = app.limits.guess(address, &body.value.email)?;
     let shopper =
         shoppers::confirm_sign_up(&app.store, &body.value.email, &body.value.code).await?;
+    app.limits.right(guess);
     Ok((StatusCode::CREATED, token(shopper)))
 }
 
@@ -148,7 +149,7 @@ pub async fn request_recovery(
     ClientAddress(address): ClientAddress,
     body: JsonBody<RecoveryRequest>,
 ) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
-    app.limits.sign_in(address, &body.value.email)?;
+    app.limits.mail(address, &body.value.email)?;
     let sent =
         shoppers::request_recovery(&app.store, app.mailer.as_deref(), &body.value.email).await?;
     Ok((StatusCode::ACCEPTED, Json(sent)))
@@ -170,7 +171,7 @@ pub async fn recover(
     ClientAddress(address): ClientAddress,
     body: JsonBody<Recovery>,
 ) -> Result<Json<ShopperToken>, ApiError> {
-    app.limits.sign_in(address, &body.value.email)?;
+    let guess = app.limits.guess(address, &body.value.email)?;
     let shopper = shoppers::recover(
         &app.store,
         &body.value.email,
@@ -178,6 +179,7 @@ pub async fn recover(
         body.value.password.as_deref(),
     )
     .await?;
+    app.limits.right(guess);
     Ok(token(shopper))
 }
 
@@ -198,8 +200,9 @@ pub async fn sign_in(
     ClientAddress(address): ClientAddress,
     body: JsonBody<ShopperCredentials>,
 ) -> Result<Json<ShopperToken>, ApiError> {
-    app.limits.sign_in(address, &body.value.email)?;
+    let guess = app.limits.guess(address, &body.value.email)?;
     let shopper = shoppers::sign_in(&app.store, &body.value.email, &body.value.password).await?;
+    app.limits.right(guess);
     Ok(token(shopper))
 }
 
