@@ -49,10 +49,13 @@ pub struct Limits {
     keys_in_progress: u32,
     in_progress: Arc<Mutex<HashMap<String, u32>>>,
     /// Wrong guesses (a password, a code) at each account, with the address each came from.
-    wrong: Mutex<HashMap<[u8; 16], Vec<(IpAddr, Instant)>>>,
+    wrong: Mutex<HashMap<[u8; 16], WrongGuesses>>,
     wrong_per_address: usize,
     window: Duration,
 }
+
+/// An account's wrong guesses in the window: where each came from, and when.
+type WrongGuesses = Vec<(IpAddr, Instant)>;
 
 /// A guess at an account, counted as wrong until [`Limits::right`] says it was not.
 #[must_use]
