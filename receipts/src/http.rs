@@ -1,15 +1,18 @@
 //! `GET /receipts` (JSON, newest first; `?payment_id=`, `?limit=` up to 10 000, and the next
 //! page by `?starting_after=` the `next_page` of the last), `GET /health`, `GET /metrics`
-//! (Prometheus).
+//! (Prometheus). The receipts and the metrics ask for `Authorization: Bearer RECEIPTS_TOKEN`
+//! (its SHA-256 compared in constant time); `/health` is open.
 
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use crate::store::Store;
 
@@ -17,16 +20,61 @@ use crate::store::Store;
 pub struct App {
     pub store: Store,
     pub metrics: PrometheusHandle,
+    pub token: TokenDigest,
+}
+
+/// The SHA-256 of the token asked for; `None`: none is asked (a loopback address only).
+#[derive(Clone, Copy)]
+pub struct TokenDigest(Option<[u8; 32]>);
+
+impl TokenDigest {
+    pub fn of(token: Option<&str>) -> TokenDigest {
+        TokenDigest(token.map(|t| Sha256::digest(t.as_bytes()).into()))
+    }
+
+    fn admits(&self, headers: &HeaderMap) -> bool {
+        let Some(expected) = self.0 else { return true };
+        let Some(sent) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return false;
+        };
+        let sent: [u8; 32] = Sha256::digest(sent.trim().as_bytes()).into();
+        sent.iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
 }
 
 pub fn router(app: App) -> Router {
-    Router::new()
+    let token = app.token;
+    let guarded = Router::new()
         .route("/receipts", get(receipts))
-        .route("/health", get(|| async { Json(json!({ "status": "ok" })) }))
         .route(
             "/metrics",
             get(|State(app): State<App>| async move { app.metrics.render() }),
         )
+        .layer(middleware::from_fn(
+            move |request: Request, next: Next| async move {
+                if token.admits(request.headers()) {
+                    next.run(request).await
+                } else {
+                    let mut refused = problem(
+                        StatusCode::UNAUTHORIZED,
+                        "send Authorization: Bearer with the receipts' token (RECEIPTS_TOKEN)",
+                    );
+                    refused
+                        .headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    refused
+                }
+            },
+        ));
+    guarded
+        .route("/health", get(|| async { Json(json!({ "status": "ok" })) }))
         .with_state(app)
 }
 

@@ -37,6 +37,10 @@ pub struct Config {
     /// Where `GET /receipts` answers.
     #[arg(long, env = "RECEIPTS_ADDR", default_value = "127.0.0.1:8090")]
     pub addr: SocketAddr,
+    /// The bearer token `GET /receipts` and `GET /metrics` ask for (receipts name what was
+    /// bought, and for how much). Required unless `RECEIPTS_ADDR` is a loopback address.
+    #[arg(long, env = "RECEIPTS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// The quorum queue (shared by every consumer of the same name) and its inbox's scope.
     #[arg(long, env = "RECEIPTS_QUEUE", default_value = "receipts")]
     pub queue: String,
@@ -71,6 +75,22 @@ pub fn main_with(seams: Seams) -> ExitCode {
 }
 
 async fn serve(config: Config, seams: Seams) -> Result<(), String> {
+    match (&config.token, config.addr.ip().is_loopback()) {
+        (Some(token), _) if token.len() < 16 => {
+            return Err("RECEIPTS_TOKEN must be at least 16 characters".into());
+        }
+        (None, false) => {
+            return Err(format!(
+                "RECEIPTS_TOKEN is not set: {} is reachable from other machines, and the receipts \
+                 would be open to all of them",
+                config.addr
+            ));
+        }
+        (None, true) => tracing::warn!(
+            "RECEIPTS_TOKEN is not set: GET /receipts and /metrics answer anyone on this machine"
+        ),
+        (Some(_), _) => {}
+    }
     let store = store::Store::open(&config.database_url)
         .await
         .map_err(|e| redact(&e.to_string(), &config.database_url))?;
@@ -100,12 +120,20 @@ async fn serve(config: Config, seams: Seams) -> Result<(), String> {
     };
     tracing::info!(queue = settings.queue, "listening on http://{addr}");
     tokio::spawn(consumer::run(store.clone(), settings, seams));
-    axum::serve(listener, http::router(http::App { store, metrics }))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| e.to_string())
+    let token = http::TokenDigest::of(config.token.as_deref());
+    axum::serve(
+        listener,
+        http::router(http::App {
+            store,
+            metrics,
+            token,
+        }),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// An error about the database, without the password its URL may carry.

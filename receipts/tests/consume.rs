@@ -201,23 +201,20 @@ async fn events_become_receipts_once_and_bad_ones_are_dead_lettered(backend: Bac
         4.0
     );
 
-    let only = reqwest::get(format!(
-        "{}/receipts?payment_id=pay_1&limit=1",
-        consumer.base
-    ))
-    .await
-    .unwrap()
-    .json::<Value>()
-    .await
-    .unwrap();
+    let only = consumer
+        .get("/receipts?payment_id=pay_1&limit=1")
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
     assert_eq!(only["receipts"].as_array().unwrap().len(), 1);
     // Page by page: one, then the one after it, then no more.
     let page = |query: String| {
-        let url = format!("{}/receipts?{query}", consumer.base);
+        let consumer = &consumer;
         async move {
-            reqwest::get(url)
+            consumer
+                .get(&format!("/receipts?{query}"))
                 .await
-                .unwrap()
                 .json::<Value>()
                 .await
                 .unwrap()
@@ -235,10 +232,27 @@ async fn events_become_receipts_once_and_bad_ones_are_dead_lettered(backend: Bac
         first["receipts"][0]["receipt_id"]
     );
     for bad in ["limit=0", "limit=10001", "limit=many"] {
-        let answer = reqwest::get(format!("{}/receipts?{bad}", consumer.base))
-            .await
-            .unwrap();
+        let answer = consumer.get(&format!("/receipts?{bad}")).await;
         assert_eq!(answer.status(), 400, "{bad}");
         assert_eq!(answer.headers()["content-type"], "application/problem+json");
     }
+    // The receipts (names of goods, amounts) and the counters are for whoever holds the token.
+    let http = reqwest::Client::new();
+    for path in ["/receipts", "/metrics"] {
+        let bare = reqwest::get(format!("{}{path}", consumer.base))
+            .await
+            .unwrap();
+        assert_eq!(bare.status(), 401, "{path} without the token");
+        let wrong = http
+            .get(format!("{}{path}", consumer.base))
+            .bearer_auth("rct_guess")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 401, "{path} with another token");
+    }
+    let health = reqwest::get(format!("{}/health", consumer.base))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
 }

@@ -14,6 +14,8 @@ use crate::{Listening, TestDb, listening};
 
 pub struct Consumer {
     pub base: String,
+    /// The bearer token its `GET /receipts` and `/metrics` ask for (`RECEIPTS_TOKEN`).
+    pub token: String,
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -26,8 +28,10 @@ impl Consumer {
         database_url: &str,
         env: &[(&str, &str)],
     ) -> Consumer {
+        let token = format!("rct_{}", uuid::Uuid::new_v4().simple());
         let mut command = Command::new(binary);
         command
+            .env("RECEIPTS_TOKEN", &token)
             .env("RECEIPTS_AMQP_URL", amqp_url)
             .env("RECEIPTS_DATABASE_URL", database_url)
             .env("RECEIPTS_ADDR", "127.0.0.1:0")
@@ -41,6 +45,7 @@ impl Consumer {
         let Listening { child, log, addr } = listening(command, "receipts").await;
         Consumer {
             base: format!("http://{addr}"),
+            token,
             child,
             log,
         }
@@ -69,19 +74,29 @@ impl Consumer {
         }
     }
 
+    /// `GET {path}` with its bearer token.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("receipts answers")
+    }
+
     /// Every receipt, `GET /receipts` page after page: `{receipts: [...], totals: {income,
     /// returns, net}}`.
     pub async fn listed(&self) -> Value {
         let mut all = Vec::new();
-        let mut url = format!("{}/receipts?limit=10000", self.base);
+        let mut url = "/receipts?limit=10000".to_owned();
         loop {
-            let answer = reqwest::get(&url).await.expect("receipts answers");
+            let answer = self.get(&url).await;
             assert_eq!(answer.status(), 200);
             let mut page: Value = answer.json().await.unwrap();
             all.append(page["receipts"].as_array_mut().unwrap());
             match page["next_page"].as_str() {
                 Some(next) if page["has_more"] == true => {
-                    url = format!("{}/receipts?limit=10000&starting_after={next}", self.base);
+                    url = format!("/receipts?limit=10000&starting_after={next}");
                 }
                 _ => return serde_json::json!({ "receipts": all, "totals": page["totals"] }),
             }
@@ -90,12 +105,7 @@ impl Consumer {
 
     /// The sum of a counter's series whose line starts with `series` (`name{labels`).
     pub async fn counter(&self, series: &str) -> f64 {
-        let text = reqwest::get(format!("{}/metrics", self.base))
-            .await
-            .expect("receipts answers")
-            .text()
-            .await
-            .unwrap();
+        let text = self.get("/metrics").await.text().await.unwrap();
         text.lines()
             .filter(|line| line.starts_with(series))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
@@ -104,12 +114,7 @@ impl Consumer {
 
     /// How many receipts there are (`totals` of one short page: no list read).
     pub async fn count(&self) -> usize {
-        let page: Value = reqwest::get(format!("{}/receipts?limit=1", self.base))
-            .await
-            .expect("receipts answers")
-            .json()
-            .await
-            .unwrap();
+        let page: Value = self.get("/receipts?limit=1").await.json().await.unwrap();
         let totals = &page["totals"];
         (totals["income"].as_i64().unwrap() + totals["returns"].as_i64().unwrap()) as usize
     }
