@@ -25,8 +25,20 @@ use crate::error::ShopError;
 use crate::pages::{Section, layout};
 use crate::{Shop, now_ms};
 
-/// The cookie that carries a staff sign-in.
+/// The cookie that carries a staff sign-in over plain http (the demo on one machine).
 pub const COOKIE: &str = "staff";
+/// Over https: host-only (no `Domain`), `Path=/`, `Secure`, so that no subdomain or plain-http
+/// page can set one in its place, and the browser sends it only over https.
+pub const SECURE_COOKIE: &str = "__Host-staff";
+
+/// The sign-in cookie's name, and what it adds to `Set-Cookie`, as the shop is served.
+fn cookie_kind(shop: &Shop) -> (&'static str, &'static str) {
+    if shop.public_url.scheme() == "https" {
+        (SECURE_COOKIE, "; Secure")
+    } else {
+        (COOKIE, "")
+    }
+}
 /// How long a sign-in lasts.
 const SIGN_IN_TTL_MS: i64 = 12 * 3600 * 1000;
 
@@ -205,7 +217,7 @@ impl FromRequestParts<Shop> for Staff {
 
     async fn from_request_parts(parts: &mut Parts, shop: &Shop) -> Result<Staff, SignInFirst> {
         let refuse = || SignInFirst(parts.method.clone());
-        let token = cookie(&parts.headers, COOKIE).ok_or_else(refuse)?;
+        let token = cookie(&parts.headers, cookie_kind(shop).0).ok_or_else(refuse)?;
         let token_hash = token_hash(&token);
         match shop.store.staff_session(&token_hash, now_ms()).await {
             Ok(Some(csrf)) => Ok(Staff { csrf, token_hash }),
@@ -314,8 +326,9 @@ pub async fn login(
     shop.store
         .open_staff_session(&token_hash(&token), &csrf, now, now + SIGN_IN_TTL_MS)
         .await?;
+    let (name, secure) = cookie_kind(&shop);
     let cookie = format!(
-        "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        "{name}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
         SIGN_IN_TTL_MS / 1000
     );
     let mut response = Redirect::to("/admin").into_response();
@@ -335,9 +348,11 @@ pub async fn logout(
     staff.check(&form)?;
     shop.store.close_staff_session(&staff.token_hash).await?;
     let mut response = Redirect::to("/admin/login").into_response();
+    let (name, secure) = cookie_kind(&shop);
+    let cleared = format!("{name}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{secure}");
     response.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("staff=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+        HeaderValue::from_str(&cleared).expect("a cookie is ASCII"),
     );
     Ok(response)
 }

@@ -64,3 +64,42 @@ async fn wrong_staff_passwords_are_limited_per_address_and_the_right_one_still_w
     // The staff, elsewhere, is not locked out by them.
     assert_eq!(sign_in(&staff, &shop, STAFF_PASSWORD).await.status(), 303);
 }
+
+/// Served over https (`SHOP_PUBLIC_URL`), the staff's sign-in cookie is `__Host-` prefixed and
+/// `Secure`: the browser sends it only over https, to this very host, and no subdomain or
+/// plain-http page can set one in its place. Over plain http it stays as it was (the demo).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_the_staff_cookie_is_host_only_and_secure() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = DemoShop::start(SHOP, "http://127.0.0.1:9", &dir.path().join("a.json"), &[]).await;
+    let signed = sign_in(&client_from(4), &plain, STAFF_PASSWORD).await;
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.starts_with("staff="), "{cookie}");
+    assert!(!cookie.contains("Secure"), "{cookie}");
+
+    let https = DemoShop::start(
+        SHOP,
+        "http://127.0.0.1:9",
+        &dir.path().join("b.json"),
+        &[("SHOP_PUBLIC_URL", "https://shop.example/")],
+    )
+    .await;
+    let signed = sign_in(&client_from(5), &https, STAFF_PASSWORD).await;
+    assert_eq!(signed.status(), 303);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.starts_with("__Host-staff="), "{cookie}");
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(
+        cookie.contains("; Path=/") && !cookie.contains("Domain"),
+        "{cookie}"
+    );
+    // The back office reads it back under that name.
+    let token = cookie.split(';').next().unwrap().to_owned();
+    let office = client_from(5)
+        .get(format!("{}/admin", https.base))
+        .header("cookie", &token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(office.status(), 200);
+}
