@@ -79,11 +79,18 @@ async fn a_crash_between_confirm_and_mark_publishes_the_event_again(backend: Bac
         assert!(Instant::now() < deadline, "the fault ends the process");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(
+    // The log is read by a thread of its own: its last lines may come a moment after the exit.
+    let said = || async {
         server
             .log()
             .contains("FAULT: crashing after the broker's confirm")
-    );
+    };
+    checkout_testkit::wait_until(
+        "the fault never said it crashed",
+        Duration::from_secs(10),
+        said,
+    )
+    .await;
     let unmarked = "SELECT COUNT(*) FROM webhook_events WHERE published_at IS NULL";
     assert_eq!(
         db.scalar(unmarked).await,
