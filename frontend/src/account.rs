@@ -12,10 +12,11 @@
 //!
 //! Its own binary (`checkout-account`): none of this is downloaded by the payment page.
 
-use checkout_shared::ShopperToken;
+use checkout_shared::{
+    EmailCode, Recovery, RecoveryRequest, ShopperCredentials, ShopperToken, SignUp,
+};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use serde::Serialize;
 use wasm_bindgen::JsCast;
 
 use crate::{api, json, messages, passkeys, storage};
@@ -50,25 +51,6 @@ struct Account {
     busy: RwSignal<bool>,
     /// The sign-in made here, until it is handed over.
     signed_in: StoredValue<Option<ShopperToken>, LocalStorage>,
-}
-
-#[derive(Serialize)]
-struct Credentials<'a> {
-    email: &'a str,
-    password: &'a str,
-}
-
-#[derive(Serialize)]
-struct Address<'a> {
-    email: &'a str,
-}
-
-#[derive(Serialize)]
-struct Code<'a> {
-    email: &'a str,
-    code: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    password: Option<&'a str>,
 }
 
 pub fn start() {
@@ -200,25 +182,45 @@ impl Account {
         });
     }
 
+    fn email(self) -> String {
+        self.email.get_untracked().trim().to_owned()
+    }
+
+    /// The body of a sign-in, or of a sign-up with a password (the same fields).
     fn credentials(self) -> Option<String> {
-        json::to_string(&Credentials {
-            email: self.email.get_untracked().trim(),
-            password: &self.password.get_untracked(),
+        json::to_string(&ShopperCredentials {
+            email: self.email(),
+            password: self.password.get_untracked(),
         })
     }
 
-    fn address(self) -> Option<String> {
-        json::to_string(&Address {
-            email: self.email.get_untracked().trim(),
+    /// A sign-up with no password (a passkey comes after the code).
+    fn passwordless_sign_up(self) -> Option<String> {
+        json::to_string(&SignUp {
+            email: self.email(),
+            password: None,
         })
     }
 
-    fn code(self, password: bool) -> Option<String> {
-        let new_password = self.password.get_untracked();
-        json::to_string(&Code {
-            email: self.email.get_untracked().trim(),
-            code: self.code.get_untracked().trim(),
-            password: password.then_some(new_password.as_str()),
+    fn recovery_request(self) -> Option<String> {
+        json::to_string(&RecoveryRequest {
+            email: self.email(),
+        })
+    }
+
+    fn sign_up_code(self) -> Option<String> {
+        json::to_string(&EmailCode {
+            email: self.email(),
+            code: self.code.get_untracked().trim().to_owned(),
+        })
+    }
+
+    /// The recovery's code, with the new password, or none (a new passkey comes next).
+    fn recovery(self, with_password: bool) -> Option<String> {
+        json::to_string(&Recovery {
+            email: self.email(),
+            code: self.code.get_untracked().trim().to_owned(),
+            password: with_password.then(|| self.password.get_untracked()),
         })
     }
 }
@@ -320,7 +322,7 @@ fn AccountPage() -> impl IntoView {
                         on:click=move |_| account.passkey_sign_in()>"Войти с ключом доступа"</button>
                     <button type="button" class="secondary sign-up-passkey" disabled=busy on:click=move |_| {
                         if email_valid() {
-                            account.send("/api/shoppers", account.address(), Step::SignUpCode);
+                            account.send("/api/shoppers", account.passwordless_sign_up(), Step::SignUpCode);
                         }
                     }>"Создать счёт с ключом доступа, без пароля"</button>
                 })}
@@ -334,7 +336,7 @@ fn AccountPage() -> impl IntoView {
         Step::SignUpCode => view! {
             <form class="sign-in confirm" on:submit=move |e| {
                 e.prevent_default();
-                account.send("/api/shoppers/confirm", account.code(false), Step::SignUpCode);
+                account.send("/api/shoppers/confirm", account.sign_up_code(), Step::SignUpCode);
             }>
                 <p class="sent">{sent}</p>
                 {code_field}
@@ -347,7 +349,7 @@ fn AccountPage() -> impl IntoView {
         Step::Recovery => view! {
             <form class="sign-in recovery" on:submit=move |e| {
                 e.prevent_default();
-                account.send("/api/shoppers/recovery", account.address(), Step::RecoveryCode);
+                account.send("/api/shoppers/recovery", account.recovery_request(), Step::RecoveryCode);
             }>
                 <p>"Мы пришлём код на почту счёта. С ним вы зададите новый пароль; все прежние входы в счёт завершатся."</p>
                 {email_field}
@@ -360,7 +362,7 @@ fn AccountPage() -> impl IntoView {
         Step::RecoveryCode => view! {
             <form class="sign-in recovery-code" on:submit=move |e| {
                 e.prevent_default();
-                account.send("/api/shoppers/recovery/confirm", account.code(true), Step::RecoveryCode);
+                account.send("/api/shoppers/recovery/confirm", account.recovery(true), Step::RecoveryCode);
             }>
                 <p class="sent">{sent}</p>
                 {code_field}
@@ -369,7 +371,7 @@ fn AccountPage() -> impl IntoView {
                 <button type="submit" class="confirm-submit" disabled=busy>"Сменить пароль и войти"</button>
                 {passkeys::supported().then(|| view! {
                     <button type="button" class="secondary recover-with-passkey" disabled=busy on:click=move |_| {
-                        account.send("/api/shoppers/recovery/confirm", account.code(false), Step::RecoveryCode);
+                        account.send("/api/shoppers/recovery/confirm", account.recovery(false), Step::RecoveryCode);
                     }>"Войти и создать новый ключ доступа"</button>
                 })}
                 <button type="button" class="link back" on:click=move |_| account.step.set(Step::Recovery)>"Назад"</button>
