@@ -684,6 +684,7 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
 
     // «Войти» with the password, and pay.
     c.enter_window_opened_by("a.sign-in-open").await;
+    c.wait_for("#account-email").await;
     c.type_into("#account-email", email).await;
     c.type_into("#account-password", password).await;
     c.click_soon(".sign-in-submit").await;
