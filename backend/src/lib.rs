@@ -166,7 +166,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
             operations::passkeys::RelyingParty::new(&config.public_origin)
                 .map_err(StartError::PublicOrigin)?,
         ),
-        https: config.public_origin.scheme() == "https",
+        public_origin: config.public_origin.clone(),
     };
     app.site.warm();
     // The abuse limiters forget the keys idle for a window, every minute.

@@ -44,7 +44,10 @@ fn site() -> tempfile::TempDir {
     std::fs::create_dir(dir.path().join("v1")).unwrap();
     std::fs::write(
         dir.path().join("v1/checkout.js"),
-        "window.Checkout = {};\n".repeat(50),
+        format!(
+            "const checkout = \"__CHECKOUT_ORIGIN__\";\n{}",
+            "window.Checkout = {};\n".repeat(50)
+        ),
     )
     .unwrap();
     dir
@@ -407,6 +410,85 @@ async fn files_are_compressed_as_accepted_and_cached_by_their_names() {
         let (status, _, _) = fetch(outside, "br").await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{outside}");
     }
+}
+
+/// The loader is told the checkout's origin by the server (its public origin; under the
+/// development default, the host the browser asked), compressed or not; a `Host` that is not a
+/// plain host and port is not believed. A `?parent` is written into the page escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_loader_is_told_the_checkouts_origin_by_the_server() {
+    let site = site();
+    let (db, server, _shop) = start(Backend::Sqlite, &site).await;
+    let told = |body: &str| {
+        body.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("const checkout = ")
+            .to_owned()
+    };
+    for encoding in ["identity", "gzip"] {
+        let answer = reqwest::Client::new()
+            .get(format!("{}/v1/checkout.js", server.base))
+            .header("accept-encoding", encoding)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        let gzipped = answer.headers().get("content-encoding").is_some();
+        assert_eq!(gzipped, encoding == "gzip");
+        let bytes = answer.bytes().await.unwrap();
+        let mut body = String::new();
+        if gzipped {
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_string(&mut body)
+                .unwrap();
+        } else {
+            body = String::from_utf8(bytes.to_vec()).unwrap();
+        }
+        assert_eq!(told(&body), format!("{:?};", server.base), "{encoding}");
+    }
+    for host in ["evil.example/x", "a\"b.example", "user@evil.example"] {
+        let answer = support::raw_request(
+            &server.base,
+            &format!("GET /v1/checkout.js HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        )
+        .await;
+        if answer.status == StatusCode::OK {
+            assert_eq!(told(&answer.body), "\"http://localhost\";", "{host}");
+        } else {
+            assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{host}: {}", answer.body);
+        }
+    }
+    let unknown = format!("/pay/cs_{}", "0".repeat(32));
+    let page = reqwest::get(format!(
+        "{}{unknown}?parent=http%3A%2F%2F127.0.0.1%3A1%22%3E%3Cscript%3E",
+        server.base
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(!page.contains("\"><script>"), "{page}");
+    drop(server);
+
+    let dir = site.path().display().to_string();
+    let public = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_STATIC_DIR", &dir),
+            ("CHECKOUT_PUBLIC_ORIGIN", "https://pay.example.ru"),
+        ],
+    )
+    .await;
+    let body = reqwest::get(format!("{}/v1/checkout.js", public.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(told(&body), "\"https://pay.example.ru\";");
 }
 
 /// No page of another origin can read the API from a browser: no CORS answer, to a preflight

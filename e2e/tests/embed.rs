@@ -378,6 +378,54 @@ async fn the_shops_page_can_neither_read_the_shoppers_credential_nor_forge_an_ou
     let _ = c.browser.close().await;
 }
 
+/// The loader knows the checkout's origin from the server that sent it, not from the page: a
+/// script element of another server's named like it (earlier in the page, never run) neither
+/// gets the frame nor is believed when its look-alike page says the order is paid. As a
+/// classic script and as a module.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loader_believes_no_other_script_named_like_it() {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let look_alike = checkout_testkit::serve_page_at_every_path(
+        r#"<!doctype html><title>Оплата</title><script>
+for (const m of [{type: "checkout:ready"}, {type: "checkout:paid",
+     detail: {payment_id: "pay_forged", amount: 30000, status: "succeeded"}}]) {
+  parent.postMessage(m, "*");
+}</script>"#
+            .into(),
+    )
+    .await;
+    for (order, kind) in [("ORD-DECOY-1", ""), ("ORD-DECOY-2", r#" type="module""#)] {
+        let session = shop.session(order, 30_000).await;
+        let html = shop_html_loading(
+            &c.server.base,
+            &format!(r#"<div id="a" data-checkout-session="{session}"></div>"#),
+            kind,
+        )
+        .replacen(
+            "<script",
+            &format!(r#"<script type="text/x-decoy" src="{look_alike}/v1/checkout.js"></script><script"#),
+            1,
+        );
+        let page = serve_shop_page(html).await;
+        register_origins(&c, &shop, &[&page]).await;
+        c.browser.goto(&page).await.unwrap();
+        let ready = wait_for_heard(&c, "checkout:ready", 1).await;
+        let src = c.js("return document.querySelector('#a iframe').src;").await;
+        assert!(
+            src.as_str().unwrap().starts_with(&format!("{}/pay/", c.server.base)),
+            "{kind}: the frame is {src}"
+        );
+        assert_eq!(heard(&c, "checkout:paid").await, Vec::<Value>::new(), "{kind}");
+        assert_eq!(ready.len(), 1, "{kind}: {ready:?}");
+        c.enter_frame_in("#a").await;
+        c.wait_for(PAY_ENABLED).await;
+        c.on_top().await;
+    }
+    assert_eq!(c.payments_in_db().await, 0);
+    let _ = c.browser.close().await;
+}
+
 /// Only the pages a shop registered may frame its payment pages: on any other origin Chromium
 /// refuses to show it (`frame-ancestors`), and the element hears `checkout:error`. Registering
 /// the origin is what lets it in. A session that does not exist is said so to the page.

@@ -13,8 +13,9 @@
 (function () {
   "use strict";
   if (window.Checkout) return;
-  const loader = document.querySelector('script[src*="/v1/checkout.js"]');
-  const checkout = new URL(loader ? loader.src : "/", location.href).origin;
+  // The checkout's origin, written in by the server that sent this script: never read from
+  // the page, where any script element may be named like this one.
+  const checkout = "__CHECKOUT_ORIGIN__";
   const EVENTS = ["checkout:ready", "checkout:paid", "checkout:declined", "checkout:error"];
   // How long a frame may take to say it is ready before the element hears `checkout:error`
   // (a page on an origin the shop did not register gets a frame the browser refuses to fill).

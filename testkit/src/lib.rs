@@ -1091,6 +1091,21 @@ pub async fn serve_page(html: String) -> String {
     base
 }
 
+/// Serves one HTML page at every path on a free loopback port (a look-alike of another
+/// server's pages, for a test's browser): its base URL.
+pub async fn serve_page_at_every_path(html: String) -> String {
+    let app = axum::Router::new().fallback(move || {
+        let html = html.clone();
+        async move { axum::response::Html(html) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    base
+}
+
 /// Sends raw bytes and reads the answer until the server closes: for requests a well-behaved
 /// client library will not make (a body announced but never sent).
 pub async fn raw_request(base: &str, head: &str) -> Answer {

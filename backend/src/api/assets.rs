@@ -22,9 +22,9 @@ pub struct Site {
     pay: Page,
     /// `account/index.html` as built: the account window (`/account`).
     account: Page,
-    /// Compressed bodies made so far, by (file, encoding), with the version of the file they
-    /// were made from.
-    compressed: Mutex<HashMap<(PathBuf, Encoding), (Version, Bytes)>>,
+    /// Compressed bodies made so far, by (file, what the server wrote into it, encoding), with
+    /// the version of the file they were made from.
+    compressed: Mutex<HashMap<CompressedKey, (Version, Bytes)>>,
 }
 
 /// One of the checkout's pages as built, and the policy it is served with.
@@ -78,12 +78,20 @@ impl Page {
 /// again, not served stale.
 type Version = (u64, Option<std::time::SystemTime>);
 
+type CompressedKey = (PathBuf, String, Encoding);
+
 /// A file of the built widget, read for one request.
 pub struct File {
     pub path: PathBuf,
     pub raw: Vec<u8>,
     version: Version,
+    /// What the server wrote into it (the loader's origin), if anything.
+    written: String,
 }
+
+/// The loader as built, and what stands for the checkout's origin in it (a JavaScript string).
+const LOADER: &str = "v1/checkout.js";
+const ORIGIN_PLACEHOLDER: &str = "\"__CHECKOUT_ORIGIN__\"";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Encoding {
@@ -171,15 +179,26 @@ impl Site {
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             });
-        if !plain {
+        // The loader only with its origin written in (`loader`).
+        if !plain || clean == LOADER {
             return None;
         }
         read(dir.join(clean))
     }
 
+    /// The loader with the checkout's `origin` written in (a JavaScript string literal).
+    pub fn loader(&self, origin: &str) -> Option<File> {
+        let mut file = read(self.dir.as_ref()?.join(LOADER))?;
+        let literal = serde_json::to_string(origin).ok()?.replace('<', "\\u003c");
+        let text = String::from_utf8(std::mem::take(&mut file.raw)).ok()?;
+        file.raw = text.replacen(ORIGIN_PLACEHOLDER, &literal, 1).into_bytes();
+        file.written = origin.to_owned();
+        Some(file)
+    }
+
     /// The file compressed: made once per version of it, then kept.
     pub fn compressed(&self, file: &File, encoding: Encoding) -> Bytes {
-        let key = (file.path.clone(), encoding);
+        let key = (file.path.clone(), file.written.clone(), encoding);
         if let Some((version, done)) = self.lock().get(&key)
             && *version == file.version
         {
@@ -190,7 +209,7 @@ impl Site {
         body
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(PathBuf, Encoding), (Version, Bytes)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CompressedKey, (Version, Bytes)>> {
         self.compressed.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -205,6 +224,7 @@ fn read(path: PathBuf) -> Option<File> {
         version: (meta.len(), meta.modified().ok()),
         path,
         raw,
+        written: String::new(),
     })
 }
 

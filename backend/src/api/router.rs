@@ -48,12 +48,13 @@ pub fn router(
         .merge(openapi::docs_page())
         .route("/pay/{session_id}", get(site::pay_page))
         .route("/account", get(site::account_page))
+        .route(site::LOADER, get(site::loader))
         .fallback(site::files);
     if let Some(routes) = routes {
         api = api.merge(routes);
     }
     let policy = HeaderValue::from_str(&app.site.policy("'none'")).expect("the policy is ASCII");
-    let https = app.https;
+    let https = app.https();
     let mut api = api.with_state(app);
     if let Some(wrap) = wrap {
         api = wrap(api);

@@ -77,7 +77,8 @@ fn page(
     }
     let mut head = String::new();
     if let Some(origin) = parent {
-        // A registered origin: `addresses::origin` made it, nothing in it needs escaping.
+        // An origin as `addresses::origin` wrote it; escaped all the same, as any attribute.
+        let origin = attribute(origin);
         head += &format!("<meta name=\"checkout-parent\" content=\"{origin}\" />\n");
     }
     if let Some(session) = session {
@@ -96,6 +97,14 @@ fn page(
         .extensions_mut()
         .insert(Framable(frame_ancestors != "'none'"));
     response
+}
+
+/// `text` as an HTML attribute's value (between double quotes).
+fn attribute(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// `GET /account`: the account window, where a live shopper signs in, signs up (the code from
@@ -133,19 +142,77 @@ fn html_page(html: String, policy: &str) -> Response {
 #[derive(Clone, Copy, Debug)]
 pub struct Framable(pub bool);
 
-/// Everything else that is not the API: the dev page at `/`, the loader, the widget's files.
+/// Where a shop's page loads the loader from.
+pub const LOADER: &str = "/v1/checkout.js";
+
+/// `GET /v1/checkout.js`: the loader, with the checkout's origin written in by the server that
+/// sends it. It never guesses it from the page, where any script element may be named like it.
+pub async fn loader(State(app): State<AppState>, request: Request) -> Response {
+    let asked = request
+        .uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| request.headers().get(header::HOST)?.to_str().ok());
+    let origin = checkout_origin(&app.public_origin, asked);
+    match app.site.loader(&origin) {
+        Some(file) => file_response(&app, file, request.uri().path(), request.headers()).await,
+        None => not_found(),
+    }
+}
+
+/// The checkout's origin: the public one; under the development default (`http://localhost`,
+/// any port), the one the browser asked (its `Host`: a host and a port, nothing else).
+fn checkout_origin(public: &url::Url, asked: Option<&str>) -> String {
+    let public_origin = public.origin().ascii_serialization();
+    if public.host_str() != Some("localhost") {
+        return public_origin;
+    }
+    asked
+        .filter(|host| {
+            host.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        })
+        .and_then(|host| url::Url::parse(&format!("{}://{host}", public.scheme())).ok())
+        .filter(|url| {
+            url.path() == "/"
+                && url.username().is_empty()
+                && url.password().is_none()
+                && url.query().is_none()
+                && url.fragment().is_none()
+        })
+        .map(|url| url.origin().ascii_serialization())
+        .unwrap_or(public_origin)
+}
+
+fn not_found() -> Response {
+    crate::api::problem::problem_response(&checkout_shared::Problem::new(
+        404,
+        checkout_shared::ErrorCode::NotFound,
+        "no such resource",
+    ))
+}
+
+/// Everything else that is not the API: the dev page at `/`, the widget's files.
 pub async fn files(State(app): State<AppState>, request: Request) -> Response {
     let path = request.uri().path().to_owned();
     if path == "/" {
         return dev_page(&app).await;
     }
-    let Some(file) = app.site.file(&path) else {
-        return crate::api::problem::problem_response(&checkout_shared::Problem::new(
-            404,
-            checkout_shared::ErrorCode::NotFound,
-            "no such resource",
-        ));
-    };
+    match app.site.file(&path) {
+        Some(file) => file_response(&app, file, request.uri().path(), request.headers()).await,
+        None => not_found(),
+    }
+}
+
+/// A file of the widget's as asked: compressed as accepted, cached as its name allows.
+async fn file_response(
+    app: &AppState,
+    file: assets::File,
+    path: &str,
+    headers: &axum::http::HeaderMap,
+) -> Response {
+    let encoding = assets::accepted(headers).filter(|_| assets::compressible(&file.path));
+    let from_v1 = path.starts_with("/v1/");
     let name = file
         .path
         .file_name()
@@ -166,7 +233,6 @@ pub async fn files(State(app): State<AppState>, request: Request) -> Response {
     } else {
         "public, max-age=300"
     };
-    let encoding = assets::accepted(request.headers()).filter(|_| assets::compressible(&file.path));
     let body = match encoding {
         // Compressing is work for a blocking thread, not for the server's workers.
         Some(encoding) => {
@@ -187,7 +253,7 @@ pub async fn files(State(app): State<AppState>, request: Request) -> Response {
     headers.insert("timing-allow-origin", HeaderValue::from_static("*"));
     // The loader is public and a shop may load it as a module, which browsers fetch in CORS
     // mode. Only the loader: the frame's own files are same-origin, the API answers no origin.
-    if path.starts_with("/v1/") {
+    if from_v1 {
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_ORIGIN,
             HeaderValue::from_static("*"),

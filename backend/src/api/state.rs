@@ -31,6 +31,14 @@ pub struct AppState {
     pub mailer: Option<Arc<Mailer>>,
     /// The checkout as the passkeys' relying party (its public origin).
     pub passkeys: Arc<RelyingParty>,
-    /// Served over https (`CHECKOUT_PUBLIC_ORIGIN`): every answer carries HSTS.
-    pub https: bool,
+    /// The checkout's public origin (`CHECKOUT_PUBLIC_ORIGIN`): over https, every answer
+    /// carries HSTS; the loader is told it.
+    pub public_origin: url::Url,
+}
+
+impl AppState {
+    /// Served over https: every answer carries HSTS.
+    pub fn https(&self) -> bool {
+        self.public_origin.scheme() == "https"
+    }
 }
