@@ -47,8 +47,13 @@ pub fn main_with(seams: Seams) -> ExitCode {
             },
         }) => return shop_set_webhook(&cli.config, &shop, mode, url.as_deref()),
         Some(Command::Shop {
-            action: ShopCommand::RollKey { shop, mode },
-        }) => return shop_roll_key(&cli.config, &shop, mode),
+            action:
+                ShopCommand::RollKey {
+                    shop,
+                    mode,
+                    overlap,
+                },
+        }) => return shop_roll_key(&cli.config, &shop, mode, overlap.unwrap_or_default()),
         Some(Command::Shopper {
             action:
                 ShopperCommand::Deposit {
@@ -147,13 +152,25 @@ fn shop_set_webhook(
     })
 }
 
-/// `checkout-server shop roll-key`: the new secret key, once.
-fn shop_roll_key(config: &Config, shop_id: &str, mode: Mode) -> ExitCode {
+/// `checkout-server shop roll-key`: the new secret key, once, and when the old one stops
+/// (`null`: it has stopped).
+fn shop_roll_key(
+    config: &Config,
+    shop_id: &str,
+    mode: Mode,
+    overlap: std::time::Duration,
+) -> ExitCode {
     operator_command(config, |store| async move {
-        let key = crate::operations::shops::roll_key(&store, shop_id, mode.livemode())
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(serde_json::json!({ "shop_id": shop_id, "secret_key": key }).to_string())
+        let (key, old_until) =
+            crate::operations::shops::roll_key(&store, shop_id, mode.livemode(), overlap)
+                .await
+                .map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({
+            "shop_id": shop_id,
+            "secret_key": key,
+            "old_key_expires_at": old_until.map(crate::clock::rfc3339),
+        })
+        .to_string())
     })
 }
 

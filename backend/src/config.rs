@@ -140,14 +140,32 @@ pub enum ShopCommand {
         #[arg(long, value_enum)]
         mode: Option<Mode>,
     },
-    /// A new secret key for one mode (the old one stops working), printed once as one JSON
-    /// line; also how a shop made before modes gets its live key.
+    /// A new secret key for one mode, printed once as one JSON line; the old one stops working
+    /// at once on every instance, or after `--overlap`. Also how a shop made before modes gets
+    /// its live key.
     RollKey {
         #[arg(long)]
         shop: String,
         #[arg(long, value_enum)]
         mode: Mode,
+        /// How long the old key keeps working beside the new one (`1h`, `30m`; at most 7
+        /// days); unset: it stops now.
+        #[arg(long, value_parser = overlap)]
+        overlap: Option<Duration>,
     },
+}
+
+/// The longest overlap of a rolled secret: a week (as Stripe's longest).
+const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// An overlap: a duration (`24h`, `30m`, `0s`) of at most a week.
+fn overlap(text: &str) -> Result<Duration, String> {
+    let overlap = humantime::parse_duration(text)
+        .map_err(|e| format!("an overlap is a duration such as 1h or 30m ({e})"))?;
+    if overlap > MAX_OVERLAP {
+        return Err("an overlap is at most 7 days (168h)".into());
+    }
+    Ok(overlap)
 }
 
 #[derive(Clone, Debug, Args)]

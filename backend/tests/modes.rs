@@ -29,6 +29,7 @@ checkout_testkit::on_both_databases!(
     a_passwordless_account_opens_only_by_code_or_passkey,
     a_passkey_answer_is_checked_and_its_ceremony_used_once,
     the_owners_password_is_not_held_back_by_a_guesser_elsewhere,
+    a_rolled_key_stops_at_once_on_every_instance_unless_an_overlap_is_asked,
 );
 
 /// The server's resident memory, in KiB (Linux: `VmRSS` of `/proc/<pid>/status`).
@@ -1005,5 +1006,113 @@ async fn the_owners_password_is_not_held_back_by_a_guesser_elsewhere(backend: Ba
         .assert_problem(429, "too_many_requests");
     let owners = owner.sign_in("lida@example.ru", PASSWORD).await;
     assert_eq!(owners.status, StatusCode::OK, "{}", owners.body);
+    db.assert_invariants().await;
+}
+
+/// A rolled secret key stops at once on every instance (none trusts it for a while from a
+/// cache); asked for an overlap (`--overlap 1h`), the old key keeps working until then, and not
+/// a moment after.
+async fn a_rolled_key_stops_at_once_on_every_instance_unless_an_overlap_is_asked(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let a = Server::start(SERVER, &db).await;
+    // SQLite has one server process per file; PostgreSQL as many instances as one likes.
+    let b = match backend {
+        Backend::Sqlite => None,
+        _ => Some(Server::start(SERVER, &db).await),
+    };
+    let servers: Vec<&Server> = std::iter::once(&a).chain(b.as_ref()).collect();
+    let shop = a.add_shop("Книжная лавка").await;
+    let orders = std::sync::atomic::AtomicU64::new(0);
+    let status = |server: &Server, key: &str| {
+        let api = Api {
+            token: Some(key.to_owned()),
+            ..Api::new(&server.base)
+        };
+        let order = format!(
+            "ORD-{}",
+            orders.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        async move {
+            api.send(api.post(
+                "/api/checkout-sessions",
+                Some(&new_key()),
+                &support::session_request(&order, 100),
+            ))
+            .await
+            .unwrap()
+            .status
+        }
+    };
+    let roll = |overlap: Option<&str>| {
+        let mut args = vec![
+            "shop",
+            "roll-key",
+            "--shop",
+            &shop.shop_id,
+            "--mode",
+            "test",
+        ];
+        args.extend(overlap.map(|o| ["--overlap", o]).into_iter().flatten());
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let a = &a;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, out, err) = a.operator(&args).await;
+            assert!(ok, "roll-key: {out} {err}");
+            serde_json::from_str::<Value>(&out).unwrap()
+        }
+    };
+    let first = shop.api.token.clone().unwrap();
+    // Both instances have just let it in (and would remember it).
+    for &server in &servers {
+        assert_eq!(status(server, &first).await, StatusCode::CREATED);
+    }
+    let rolled = roll(None).await;
+    let second = rolled["secret_key"].as_str().unwrap().to_owned();
+    assert!(rolled["old_key_expires_at"].is_null(), "{rolled}");
+    for &server in &servers {
+        assert_eq!(status(server, &first).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(status(server, &second).await, StatusCode::CREATED);
+    }
+
+    let asked_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let rolled = roll(Some("1h")).await;
+    let third = rolled["secret_key"].as_str().unwrap().to_owned();
+    let until = time::OffsetDateTime::parse(
+        rolled["old_key_expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let until_ms = (until.unix_timestamp_nanos() / 1_000_000) as i64;
+    assert!(
+        (asked_at + 3_600_000..asked_at + 3_660_000).contains(&until_ms),
+        "{rolled}"
+    );
+    for &server in &servers {
+        assert_eq!(status(server, &second).await, StatusCode::CREATED);
+        assert_eq!(status(server, &third).await, StatusCode::CREATED);
+    }
+    // The overlap ends (its end moved to the past behind the servers' backs): at once, everywhere.
+    db.execute("UPDATE retired_keys SET expires_at = 0").await;
+    for &server in &servers {
+        assert_eq!(status(server, &second).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(status(server, &third).await, StatusCode::CREATED);
+    }
+    let (ok, _, err) = a
+        .operator(&[
+            "shop",
+            "roll-key",
+            "--shop",
+            &shop.shop_id,
+            "--mode",
+            "test",
+            "--overlap",
+            "forever",
+        ])
+        .await;
+    assert!(!ok && err.contains("overlap"), "{err}");
     db.assert_invariants().await;
 }

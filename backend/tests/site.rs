@@ -244,10 +244,41 @@ async fn a_return_url_is_a_secure_address_and_part_of_the_request(backend: Backe
             answer.body
         );
     }
+    // A secure address, but on no origin the shop registered (none yet, then another): it would
+    // send the shopper, from the checkout's page, wherever the request said.
+    let url = "https://shop.example/orders/ORD-2?paid=1";
+    let unregistered = shop.try_session(&new_key(), &with("ORD-2", url)).await;
+    assert_eq!(
+        unregistered.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        unregistered.body
+    );
+    let detail = unregistered.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("return_url") && detail.contains("origin"),
+        "{detail}"
+    );
+    assert!(
+        set_origins(&server, &shop, &["--origin", "https://shop.example"])
+            .await
+            .0
+    );
+    let elsewhere = shop
+        .try_session(
+            &new_key(),
+            &with("ORD-2", "https://shop.example.evil.ru/orders/ORD-2"),
+        )
+        .await;
+    assert_eq!(
+        elsewhere.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        elsewhere.body
+    );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM checkout_sessions").await, 0);
 
     let key = new_key();
-    let url = "https://shop.example/orders/ORD-2?paid=1";
     let made = shop.try_session(&key, &with("ORD-2", url)).await;
     assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
     assert_eq!(made.json()["return_url"], url);
@@ -456,7 +487,12 @@ async fn the_loader_is_told_the_checkouts_origin_by_the_server() {
         if answer.status == StatusCode::OK {
             assert_eq!(told(&answer.body), "\"http://localhost\";", "{host}");
         } else {
-            assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{host}: {}", answer.body);
+            assert_eq!(
+                answer.status,
+                StatusCode::BAD_REQUEST,
+                "{host}: {}",
+                answer.body
+            );
         }
     }
     let unknown = format!("/pay/cs_{}", "0".repeat(32));

@@ -404,19 +404,29 @@ for (const m of [{type: "checkout:ready"}, {type: "checkout:paid",
         )
         .replacen(
             "<script",
-            &format!(r#"<script type="text/x-decoy" src="{look_alike}/v1/checkout.js"></script><script"#),
+            &format!(
+                r#"<script type="text/x-decoy" src="{look_alike}/v1/checkout.js"></script><script"#
+            ),
             1,
         );
         let page = serve_shop_page(html).await;
         register_origins(&c, &shop, &[&page]).await;
         c.browser.goto(&page).await.unwrap();
         let ready = wait_for_heard(&c, "checkout:ready", 1).await;
-        let src = c.js("return document.querySelector('#a iframe').src;").await;
+        let src = c
+            .js("return document.querySelector('#a iframe').src;")
+            .await;
         assert!(
-            src.as_str().unwrap().starts_with(&format!("{}/pay/", c.server.base)),
+            src.as_str()
+                .unwrap()
+                .starts_with(&format!("{}/pay/", c.server.base)),
             "{kind}: the frame is {src}"
         );
-        assert_eq!(heard(&c, "checkout:paid").await, Vec::<Value>::new(), "{kind}");
+        assert_eq!(
+            heard(&c, "checkout:paid").await,
+            Vec::<Value>::new(),
+            "{kind}"
+        );
         assert_eq!(ready.len(), 1, "{kind}: {ready:?}");
         c.enter_frame_in("#a").await;
         c.wait_for(PAY_ENABLED).await;
@@ -489,6 +499,8 @@ async fn the_full_page_flow_returns_the_shopper_to_the_shop_after_paying() {
     let shop = c.server.add_shop("Книжная лавка").await;
     let thanks = serve_shop_page("<h1>Спасибо за заказ</h1>".into()).await;
     let return_url = format!("{thanks}/?order=ORD-FULL");
+    // The shop's pages are where its `return_url`s may lead.
+    register_origins(&c, &shop, &[&thanks]).await;
     let made = shop
         .try_session(
             &checkout_testkit::new_key(),

@@ -53,6 +53,8 @@ async fn world_with(
         ("CHECKOUT_ADDR", checkout_addr.as_str()),
         ("CHECKOUT_DEMO_SHOP_FILE", file_setting.as_str()),
         ("CHECKOUT_DEMO_SHOP_WEBHOOK_URL", webhook_url.as_str()),
+        // The shop's pages: where its sessions' `return_url`s lead.
+        ("CHECKOUT_DEMO_SHOP_ORIGIN", shop.base.as_str()),
         ("CHECKOUT_WEBHOOK_POLL_MS", poll_ms),
         ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "100"),
     ]

@@ -328,6 +328,7 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
         &servers[0].base,
         "Лавка переключения",
         Some(&receiver.url),
+        &[],
     )
     .await;
     let mut shoppers = Vec::new();

@@ -300,6 +300,8 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
             &base,
             &format!("Лавка {i}"),
             Some(&webhook_url),
+            // The demo shop's pages: where its sessions' `return_url`s lead.
+            &[&format!("http://{addr}")],
         )
         .await;
         let live = i % 2 == 1;

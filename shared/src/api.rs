@@ -42,7 +42,8 @@ pub struct CreateCheckoutSession {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<LineItem>>,
     /// Where the payment page, opened as a full page (`/pay/{session_id}`), sends the shopper
-    /// back after the outcome: `https://`, or `http://` to a loopback address.
+    /// back after the outcome: `https://`, or `http://` to a loopback address, on one of the
+    /// shop's registered origins (its own pages only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_url: Option<String>,
 }

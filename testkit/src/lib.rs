@@ -391,6 +391,7 @@ impl Server {
             &self.base,
             name,
             Some(webhook_url),
+            &[],
         )
         .await
     }
@@ -409,20 +410,25 @@ pub struct Shop {
 
 /// Runs `checkout-server shop add --name NAME` over `database_url` and reads its one JSON line.
 pub async fn add_shop(binary: &str, database_url: &str, base: &str, name: &str) -> Shop {
-    add_shop_with(binary, database_url, base, name, None).await
+    add_shop_with(binary, database_url, base, name, None, &[]).await
 }
 
-/// `shop add`, with a webhook URL if given.
+/// `shop add`, with a webhook URL if given, and the origins of the shop's pages (where its
+/// payment pages may be framed and its `return_url`s lead).
 pub async fn add_shop_with(
     binary: &str,
     database_url: &str,
     base: &str,
     name: &str,
     webhook_url: Option<&str>,
+    origins: &[&str],
 ) -> Shop {
     let mut args = vec!["shop", "add", "--name", name];
     if let Some(url) = webhook_url {
         args.extend(["--webhook-url", url]);
+    }
+    for origin in origins {
+        args.extend(["--origin", origin]);
     }
     let output = tokio::process::Command::new(binary)
         .args(&args)

@@ -69,6 +69,7 @@ pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession
         currency: DEFAULT_CURRENCY.into(),
         kind: AccountKind::Shop,
         livemode: false,
+        origins: Vec::new(),
     };
     let session = NewCheckoutSession::validate(&shop, request, app.session_ttl)?;
     let body = session.canonical();

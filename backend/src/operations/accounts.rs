@@ -20,6 +20,9 @@ pub struct Principal {
     pub kind: AccountKind,
     /// Live money (`true`) or test money.
     pub livemode: bool,
+    /// A shop's registered origins (its pages; where its `return_url`s may lead); none for
+    /// others.
+    pub origins: Vec<String>,
 }
 
 impl Principal {
@@ -65,10 +68,11 @@ impl Default for SignInLimits {
 /// A sign-in's last use is written again only after this long (not at every request).
 const TOUCH_EVERY_MS: i64 = 60_000;
 
-/// Recently seen tokens and secret keys, so that a request costs no database round trip to
-/// authenticate. A test shopper's token and a shop's key always name the same account, so a
-/// cached entry cannot be wrong. A live shopper's sign-in is never cached: it expires and is
-/// revoked, and every instance must see that at once.
+/// Recently seen test shoppers' tokens, so that a test payment costs no database round trip to
+/// authenticate: such a token names the same account for ever, so a cached entry cannot be
+/// wrong. Nothing else is cached: a shop's key is rolled and a live shopper's sign-in expires or
+/// is revoked, and every instance must see that at once (a key rolled with an overlap is found
+/// among the retired keys until the overlap ends).
 #[derive(Debug, Default)]
 pub struct PrincipalCache {
     entries: Mutex<HashMap<String, (Principal, Instant)>>,
@@ -95,8 +99,9 @@ impl PrincipalCache {
         if let Some(principal) = self.get(token_hash) {
             return Ok(principal);
         }
+        let now = crate::clock::now_ms();
         let holder = store
-            .account_by_token_hash(token_hash)
+            .account_by_token_hash(token_hash, now)
             .await?
             .ok_or(ApiError::Unauthorized)?;
         let principal = Principal {
@@ -104,6 +109,7 @@ impl PrincipalCache {
             currency: holder.currency,
             kind: holder.kind,
             livemode: holder.livemode,
+            origins: holder.origins,
         };
         // A live shopper from before e-mail codes, never confirmed: no live money moves for it.
         if !holder.confirmed {
@@ -114,10 +120,11 @@ impl PrincipalCache {
             ));
         }
         let Some((signed_in_at, last_used_at)) = holder.sign_in else {
-            self.put(token_hash.to_owned(), principal.clone());
+            if principal.kind == AccountKind::Shopper && !principal.livemode {
+                self.put(token_hash.to_owned(), principal.clone());
+            }
             return Ok(principal);
         };
-        let now = crate::clock::now_ms();
         let within = |since: i64, limit: Duration| now - since < limit.as_millis() as i64;
         if !within(signed_in_at, self.limits.absolute) || !within(last_used_at, self.limits.idle) {
             return Err(ApiError::Unauthorized);

@@ -78,7 +78,16 @@ impl NewCheckoutSession {
             )));
         }
         if let Some(url) = &request.return_url {
-            addresses::secure_url(url).map_err(|why| invalid(format!("return_url: {why}")))?;
+            let parsed =
+                addresses::secure_url(url).map_err(|why| invalid(format!("return_url: {why}")))?;
+            // The checkout's page sends the shopper there: only to the shop's own pages.
+            let origin = parsed.origin().ascii_serialization();
+            if !shop.origins.contains(&origin) {
+                return Err(invalid(format!(
+                    "return_url: its origin {origin} is not one of this shop's registered origins \
+                     (`checkout-server shop set-origins`)"
+                )));
+            }
         }
         Ok(NewCheckoutSession {
             return_url: request.return_url,

@@ -4,6 +4,8 @@
 //! refunds. An operator adds one with `checkout-server shop add --name NAME [--webhook-url URL]
 //! [--origin URL…]`, which prints the secrets of both modes once.
 
+use std::time::Duration;
+
 use base64::Engine;
 use serde::Serialize;
 
@@ -128,24 +130,35 @@ pub async fn set_webhook_url(
     Ok(())
 }
 
-/// A new secret key for the shop in one mode; the old one stops working (within a minute on a
-/// server that saw it: its cache).
-pub async fn roll_key(store: &Store, shop_id: &str, livemode: bool) -> Result<String, ShopError> {
+/// A new secret key for the shop in one mode. The old one stops working at once on every
+/// instance or, given an `overlap`, when it has passed (the old key's end is returned then, in
+/// Unix ms): time to put the new key everywhere the shop uses it.
+pub async fn roll_key(
+    store: &Store,
+    shop_id: &str,
+    livemode: bool,
+    overlap: Duration,
+) -> Result<(String, Option<i64>), ShopError> {
     let secret_key = new_secret(key_prefix(livemode));
     let (shop_id, hash) = (shop_id.to_owned(), token_hash(&secret_key));
+    let old_key_until =
+        (!overlap.is_zero()).then(|| clock::now_ms().saturating_add(overlap.as_millis() as i64));
     let rolled = store
         .write(move |tx| {
             Box::pin(async move {
                 let Some(shop) = tx.shop(&shop_id, livemode).await? else {
                     return Ok(false);
                 };
+                if let Some(until) = old_key_until {
+                    tx.retire_key(&shop.account_id, until).await?;
+                }
                 tx.set_token_hash(&shop.account_id, &hash).await?;
                 Ok(true)
             })
         })
         .await?;
     if rolled {
-        Ok(secret_key)
+        Ok((secret_key, old_key_until))
     } else {
         Err(ShopError::UnknownShop("no such shop".into()))
     }

@@ -11,13 +11,21 @@ use super::{Store, StoreError, Tx};
 /// A sign-in says whether its shopper has confirmed the e-mail (one from before confirmation
 /// existed may not have).
 pub const ACCOUNT_BY_TOKEN_HASH: &str = "\
-    SELECT account_id, currency, kind, livemode, NULL AS signed_in_at, NULL AS last_used_at, \
-           CAST(1 AS BIGINT) AS confirmed \
-      FROM accounts WHERE token_hash = $1 \
+    SELECT a.account_id, a.currency, a.kind, a.livemode, CAST(NULL AS BIGINT) AS signed_in_at, \
+           CAST(NULL AS BIGINT) AS last_used_at, CAST(1 AS BIGINT) AS confirmed, sh.origins \
+      FROM accounts a LEFT JOIN shops sh ON sh.account_id = a.account_id \
+     WHERE a.token_hash = $1 \
+    UNION ALL \
+    SELECT a.account_id, a.currency, a.kind, a.livemode, CAST(NULL AS BIGINT) AS signed_in_at, \
+           CAST(NULL AS BIGINT) AS last_used_at, CAST(1 AS BIGINT) AS confirmed, sh.origins \
+      FROM retired_keys r JOIN accounts a ON a.account_id = r.account_id \
+           LEFT JOIN shops sh ON sh.account_id = a.account_id \
+     WHERE r.token_hash = $1 AND r.expires_at > $2 \
     UNION ALL \
     SELECT a.account_id, a.currency, a.kind, a.livemode, t.created_at AS signed_in_at, \
            t.last_used_at, \
-           CAST(CASE WHEN s.confirmed_at IS NULL THEN 0 ELSE 1 END AS BIGINT) AS confirmed \
+           CAST(CASE WHEN s.confirmed_at IS NULL THEN 0 ELSE 1 END AS BIGINT) AS confirmed, \
+           NULL AS origins \
       FROM sign_ins t JOIN accounts a ON a.account_id = t.account_id \
            LEFT JOIN shoppers s ON s.account_id = t.account_id \
      WHERE t.token_hash = $1 AND t.revoked_at IS NULL";
@@ -81,6 +89,13 @@ pub const INSERT_ACCOUNT: &str = "\
 
 /// A new secret key for an account (the demo shop gets one at every start).
 pub const SET_TOKEN_HASH: &str = "UPDATE accounts SET token_hash = $2 WHERE account_id = $1";
+
+/// The account's key as it is now keeps working until `$2` (a roll's overlap).
+pub const RETIRE_KEY: &str = "\
+    INSERT INTO retired_keys (token_hash, account_id, expires_at) \
+    SELECT token_hash, account_id, $2 FROM accounts WHERE account_id = $1";
+
+pub const SWEEP_RETIRED_KEYS: &str = "DELETE FROM retired_keys WHERE expires_at <= $1";
 
 pub const INSERT_SHOP: &str = "\
     INSERT INTO shops (shop_id, account_id, name, webhook_url, signing_secret, created_at, origins, \
@@ -170,6 +185,8 @@ pub struct TokenHolder {
     pub sign_in: Option<(i64, i64)>,
     /// `false` for a live shopper that never proved its e-mail (made before codes existed).
     pub confirmed: bool,
+    /// A shop's registered origins.
+    pub origins: Vec<String>,
 }
 
 /// A live shopper as its sign-in finds it.
@@ -222,9 +239,11 @@ impl Store {
     pub async fn account_by_token_hash(
         &self,
         token_hash: &str,
+        now_ms: i64,
     ) -> Result<Option<TokenHolder>, StoreError> {
+        let args = [Arg::Text(token_hash), Arg::Int(now_ms)];
         let rows = self
-            .read(ACCOUNT_BY_TOKEN_HASH, &[Arg::Text(token_hash)], |row| {
+            .read(ACCOUNT_BY_TOKEN_HASH, &args, |row| {
                 let sign_in = match row.opt_int("signed_in_at")? {
                     Some(at) => Some((at, row.int("last_used_at")?)),
                     None => None,
@@ -236,6 +255,10 @@ impl Store {
                     livemode: row.int("livemode")? == 1,
                     sign_in,
                     confirmed: row.int("confirmed")? == 1,
+                    origins: match row.opt_text("origins")? {
+                        Some(json) => serde_json::from_str(&json)?,
+                        None => Vec::new(),
+                    },
                 })
             })
             .await?;
@@ -273,6 +296,14 @@ impl Store {
                     .await
                     .map(|n| n == 1)
             })
+        })
+        .await
+    }
+
+    /// Deletes the retired keys whose overlap ended before `now_ms`; how many.
+    pub async fn sweep_retired_keys(&self, now_ms: i64) -> Result<u64, StoreError> {
+        self.write(move |tx| {
+            Box::pin(async move { tx.execute(SWEEP_RETIRED_KEYS, &[Arg::Int(now_ms)]).await })
         })
         .await
     }
@@ -395,6 +426,13 @@ impl Tx {
         )
         .await
         .map(|_| ())
+    }
+
+    /// The account's present key keeps working until `until_ms` (the overlap of a roll).
+    pub async fn retire_key(&mut self, account_id: &str, until_ms: i64) -> Result<(), StoreError> {
+        self.execute(RETIRE_KEY, &[Arg::Text(account_id), Arg::Int(until_ms)])
+            .await
+            .map(|_| ())
     }
 
     pub async fn set_token_hash(

@@ -41,7 +41,12 @@ pub fn spawn(
                 Ok(deleted) => tracing::info!(deleted, "swept ended sign-ins"),
                 Err(error) => tracing::warn!(%error, "sweeping sign-ins failed; will retry"),
             }
-            // E-mail codes and passkey ceremonies live minutes and are few: one statement each.
+            // E-mail codes, passkey ceremonies and retired keys are few: one statement each.
+            match store.sweep_retired_keys(now_ms()).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "swept keys whose overlap ended"),
+                Err(error) => tracing::warn!(%error, "sweeping retired keys failed; will retry"),
+            }
             match store.sweep_expired_codes(now_ms()).await {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "swept expired e-mail codes"),
