@@ -54,6 +54,16 @@ pub fn main_with(seams: Seams) -> ExitCode {
                     overlap,
                 },
         }) => return shop_roll_key(&cli.config, &shop, mode, overlap.unwrap_or_default()),
+        Some(Command::Shop {
+            action:
+                ShopCommand::RollWebhookSecret {
+                    shop,
+                    mode,
+                    overlap,
+                },
+        }) => {
+            return shop_roll_webhook_secret(&cli.config, &shop, mode, overlap.unwrap_or_default());
+        }
         Some(Command::Shopper {
             action:
                 ShopperCommand::Deposit {
@@ -169,6 +179,33 @@ fn shop_roll_key(
             "shop_id": shop_id,
             "secret_key": key,
             "old_key_expires_at": old_until.map(crate::clock::rfc3339),
+        })
+        .to_string())
+    })
+}
+
+/// `checkout-server shop roll-webhook-secret`: the new signing secret, once, and when the old
+/// one stops signing (`null`: it has stopped).
+fn shop_roll_webhook_secret(
+    config: &Config,
+    shop_id: &str,
+    mode: Mode,
+    overlap: std::time::Duration,
+) -> ExitCode {
+    operator_command(config, |store| async move {
+        let (secret, old_until) = crate::operations::shops::roll_signing_secret(
+            &store,
+            shop_id,
+            mode.livemode(),
+            overlap,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({
+            "shop_id": shop_id,
+            "mode": if mode.livemode() { "live" } else { "test" },
+            "signing_secret": secret,
+            "old_signing_secret_expires_at": old_until.map(crate::clock::rfc3339),
         })
         .to_string())
     })

@@ -153,6 +153,19 @@ pub enum ShopCommand {
         #[arg(long, value_parser = overlap)]
         overlap: Option<Duration>,
     },
+    /// A new signing secret for one mode's events, printed once as one JSON line; the old one
+    /// stops signing at once or, with `--overlap`, signs beside it until then (each event then
+    /// carries both signatures, so the shop's endpoint verifies with either).
+    RollWebhookSecret {
+        #[arg(long)]
+        shop: String,
+        #[arg(long, value_enum)]
+        mode: Mode,
+        /// How long the old secret signs beside the new one (`24h`; at most 7 days); unset:
+        /// it stops now.
+        #[arg(long, value_parser = overlap)]
+        overlap: Option<Duration>,
+    },
 }
 
 /// The longest overlap of a rolled secret: a week (as Stripe's longest).

@@ -27,6 +27,7 @@ checkout_testkit::on_both_databases!(
     a_shop_given_its_webhook_url_later_receives_what_it_missed,
     events_are_listed_newest_first_in_pages,
     a_session_that_lapses_unpaid_is_told_to_its_shop,
+    a_rolled_signing_secret_signs_beside_the_old_one_until_the_overlap_ends,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -628,5 +629,99 @@ async fn a_shop_given_its_webhook_url_later_receives_what_it_missed(backend: Bac
         elsewhere.deliveries().is_empty(),
         "a redirect is never followed"
     );
+    w.db.assert_invariants().await;
+}
+
+/// `shop roll-webhook-secret --overlap 24h`: until the overlap ends, each event carries two
+/// signatures (Standard Webhooks: space-separated `v1,…`), one by each secret, so the shop's
+/// endpoint verifies it with the old secret or the new, whichever it holds now. Then only the
+/// new one signs. Without `--overlap`, the old secret stops signing at once.
+async fn a_rolled_signing_secret_signs_beside_the_old_one_until_the_overlap_ends(backend: Backend) {
+    let w = world(backend).await;
+    let verifies = |secret: &str, delivery: &Delivery| {
+        standardwebhooks::Webhook::new(secret)
+            .unwrap()
+            .verify(delivery.body.as_bytes(), &delivery.headers)
+            .is_ok()
+    };
+    let roll = |overlap: Option<&'static str>| {
+        let mut args = vec![
+            "shop",
+            "roll-webhook-secret",
+            "--shop",
+            w.shop.shop_id.as_str(),
+            "--mode",
+            "test",
+        ];
+        args.extend(overlap.map(|o| ["--overlap", o]).into_iter().flatten());
+        let server = &w.server;
+        async move {
+            let (ok, out, err) = server.operator(&args).await;
+            assert!(ok, "roll-webhook-secret: {out} {err}");
+            serde_json::from_str::<Value>(&out).unwrap()
+        }
+    };
+    let first = w.shop.signing_secret.clone();
+    pay(&w, "ORD-ROLL-1", 100).await;
+    let before = w.receiver.wait_for(1, WITHIN).await;
+    assert_eq!(before[0].signature.split(' ').count(), 1, "{:?}", before[0]);
+    assert!(verifies(&first, &before[0]));
+
+    let asked_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let rolled = roll(Some("24h")).await;
+    let second = rolled["signing_secret"].as_str().unwrap().to_owned();
+    assert!(second.starts_with("whsec_") && second != first, "{rolled}");
+    let until = time::OffsetDateTime::parse(
+        rolled["old_signing_secret_expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap()
+    .unix_timestamp();
+    assert!(
+        (asked_at + 86_400..asked_at + 86_460).contains(&until),
+        "{rolled}"
+    );
+    pay(&w, "ORD-ROLL-2", 100).await;
+    let during = w.receiver.wait_for(2, WITHIN).await[1].clone();
+    assert_eq!(during.signature.split(' ').count(), 2, "{during:?}");
+    assert!(during.signature.split(' ').all(|s| s.starts_with("v1,")));
+    assert!(verifies(&first, &during), "the old secret: {during:?}");
+    assert!(verifies(&second, &during), "the new secret: {during:?}");
+
+    // The overlap ends (moved to the past behind the server's back): the new secret alone.
+    w.db.execute(
+        "UPDATE shops SET old_signing_secret_until = 0 WHERE old_signing_secret IS NOT NULL",
+    )
+    .await;
+    pay(&w, "ORD-ROLL-3", 100).await;
+    let after = w.receiver.wait_for(3, WITHIN).await[2].clone();
+    assert_eq!(after.signature.split(' ').count(), 1, "{after:?}");
+    assert!(!verifies(&first, &after));
+    assert!(verifies(&second, &after));
+
+    // No overlap asked: the old secret stops at once.
+    let rolled = roll(None).await;
+    let third = rolled["signing_secret"].as_str().unwrap().to_owned();
+    assert!(
+        rolled["old_signing_secret_expires_at"].is_null(),
+        "{rolled}"
+    );
+    pay(&w, "ORD-ROLL-4", 100).await;
+    let now = w.receiver.wait_for(4, WITHIN).await[3].clone();
+    assert_eq!(now.signature.split(' ').count(), 1, "{now:?}");
+    assert!(!verifies(&second, &now));
+    assert!(verifies(&third, &now));
+    // Only its own mode's secret was rolled: the live one is as it was.
+    let live = w
+        .db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM shops WHERE shop_id = '{}' AND livemode = 1 AND signing_secret = '{}'",
+            w.shop.shop_id, w.shop.live_signing_secret
+        ))
+        .await;
+    assert_eq!(live, 1);
     w.db.assert_invariants().await;
 }

@@ -450,3 +450,95 @@ async fn a_session_that_lapses_unpaid_marks_the_order_expired_once() {
     assert_eq!(w.shop_count(&expired).await, 1);
     assert_eq!(w.shop_count("SELECT COUNT(*) FROM inbox").await, 1);
 }
+
+/// The operator rolls the shop's signing secret with an overlap (`shop roll-webhook-secret
+/// --overlap 1h`): the shop, still on the old secret, verifies every event; given the new one
+/// (its credentials file), it verifies them too; after the overlap only the new one signs, and
+/// a shop put back on the old secret refuses the event (kept, and sent again) until it has the
+/// new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shop_verifies_its_events_with_the_old_secret_or_the_new_through_a_roll() {
+    let w = world(Backend::Sqlite, &[]).await;
+    let file = w.credentials.path().join("demo-shop.json");
+    let credentials: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let shop_id = credentials["shop_id"].as_str().unwrap().to_owned();
+    let old = w.signing_secret();
+    let with_secret = |secret: &str| {
+        let mut written = credentials.clone();
+        written["signing_secret"] = json!(secret);
+        std::fs::write(&file, written.to_string()).unwrap();
+    };
+    let paid_by_webhook = |order: String| {
+        let sql = format!(
+            "SELECT COUNT(*) FROM orders WHERE id = '{order}' AND state = 'paid' AND paid_via = 'webhook'"
+        );
+        let shop = &w.shop;
+        async move {
+            wait_until(
+                &format!("{order} was never paid by the checkout's event"),
+                WITHIN,
+                || async { shop.scalar(&sql).await == 1 },
+            )
+            .await
+        }
+    };
+
+    let (ok, out, err) = w
+        .server
+        .operator(&[
+            "shop",
+            "roll-webhook-secret",
+            "--shop",
+            &shop_id,
+            "--mode",
+            "test",
+            "--overlap",
+            "1h",
+        ])
+        .await;
+    assert!(ok, "{out} {err}");
+    let new = serde_json::from_str::<Value>(&out).unwrap()["signing_secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Still on the old secret.
+    let first = w.order().await;
+    w.pay(&first).await;
+    paid_by_webhook(first).await;
+    // Given the new one.
+    with_secret(&new);
+    let second = w.order().await;
+    w.pay(&second).await;
+    paid_by_webhook(second).await;
+
+    // The overlap ends; a shop put back on the old secret refuses the event, which waits.
+    w.db.execute(
+        "UPDATE shops SET old_signing_secret_until = 0 WHERE old_signing_secret IS NOT NULL",
+    )
+    .await;
+    with_secret(&old);
+    let third = w.order().await;
+    w.pay(&third).await;
+    wait_until("the event was never refused", WITHIN, || async {
+        w.db.scalar("SELECT COUNT(*) FROM webhook_events WHERE status = 'pending' AND attempts > 0")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(
+        w.shop_count(&format!(
+            "SELECT COUNT(*) FROM orders WHERE id = '{third}' AND state = 'paid'"
+        ))
+        .await,
+        0
+    );
+    // With the new secret again, the event sent again is verified and applied once.
+    with_secret(&new);
+    paid_by_webhook(third).await;
+    assert_eq!(
+        w.shop_count("SELECT COUNT(*) FROM orders WHERE state = 'paid'")
+            .await,
+        3
+    );
+}

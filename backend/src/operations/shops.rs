@@ -164,6 +164,34 @@ pub async fn roll_key(
     }
 }
 
+/// A new signing secret for the shop's events in one mode (printed once). The old one stops
+/// signing at once or, given an `overlap`, signs beside the new one until it has passed (its
+/// end is returned then, in Unix ms): the shop's endpoint verifies either meanwhile.
+pub async fn roll_signing_secret(
+    store: &Store,
+    shop_id: &str,
+    livemode: bool,
+    overlap: Duration,
+) -> Result<(String, Option<i64>), ShopError> {
+    let secret = new_signing_secret();
+    let old_until =
+        (!overlap.is_zero()).then(|| clock::now_ms().saturating_add(overlap.as_millis() as i64));
+    let (shop_id, written) = (shop_id.to_owned(), secret.clone());
+    let rolled = store
+        .write(move |tx| {
+            Box::pin(async move {
+                tx.roll_signing_secret(&shop_id, livemode, &written, old_until)
+                    .await
+            })
+        })
+        .await?;
+    if rolled {
+        Ok((secret, old_until))
+    } else {
+        Err(ShopError::UnknownShop("no such shop".into()))
+    }
+}
+
 fn new_signing_secret() -> String {
     let mut bytes = [0u8; 32];
     bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
@@ -199,6 +227,7 @@ pub async fn add(
                 name: name.trim().to_owned(),
                 webhook_url: webhook_url.map(str::to_owned),
                 signing_secret: new_signing_secret(),
+                old_signing_secret: None,
                 origins: origins.clone(),
                 livemode,
             };
@@ -278,6 +307,7 @@ pub async fn ensure_test_shop(
                     name,
                     webhook_url,
                     signing_secret: new_signing_secret(),
+                    old_signing_secret: None,
                     origins,
                     livemode: false,
                 };

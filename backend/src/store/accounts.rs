@@ -104,12 +104,32 @@ pub const INSERT_SHOP: &str = "\
 
 /// A shop in one mode ($2: 0 test, 1 live).
 pub const SHOP: &str = "\
-    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins, livemode FROM shops \
+    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins, livemode, \
+           old_signing_secret, old_signing_secret_until FROM shops \
      WHERE shop_id = $1 AND livemode = $2";
 
 pub const SHOP_OF_ACCOUNT: &str = "\
-    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins, livemode FROM shops \
+    SELECT shop_id, account_id, name, webhook_url, signing_secret, origins, livemode, \
+           old_signing_secret, old_signing_secret_until FROM shops \
      WHERE account_id = $1";
+
+/// A new signing secret for a shop in one mode; the old one keeps signing beside it until
+/// `$3` (an overlap).
+pub const ROLL_SIGNING_SECRET_WITH_OVERLAP: &str = "\
+    UPDATE shops SET old_signing_secret = signing_secret, old_signing_secret_until = $3, \
+                     signing_secret = $2 \
+     WHERE shop_id = $1 AND livemode = $4";
+
+/// A new signing secret for a shop in one mode; the old one (and any before it) signs no more.
+pub const ROLL_SIGNING_SECRET: &str = "\
+    UPDATE shops SET old_signing_secret = NULL, old_signing_secret_until = NULL, \
+                     signing_secret = $2 \
+     WHERE shop_id = $1 AND livemode = $3";
+
+/// Old signing secrets whose overlap ended are forgotten.
+pub const SWEEP_OLD_SIGNING_SECRETS: &str = "\
+    UPDATE shops SET old_signing_secret = NULL, old_signing_secret_until = NULL \
+     WHERE old_signing_secret_until <= $1";
 
 /// The origins whose pages may frame a shop's payment pages (a JSON array), both modes alike.
 pub const SET_SHOP_ORIGINS: &str = "UPDATE shops SET origins = $2 WHERE shop_id = $1";
@@ -214,6 +234,9 @@ pub struct ShopRow {
     pub name: String,
     pub webhook_url: Option<String>,
     pub signing_secret: String,
+    /// The secret rolled with an overlap, and when its overlap ends (Unix ms): until then each
+    /// event is signed with it too.
+    pub old_signing_secret: Option<(String, i64)>,
     /// The origins (`https://shop.example`) whose pages may frame its payment pages.
     pub origins: Vec<String>,
     /// This row's mode: the shop's test or live account.
@@ -228,6 +251,13 @@ impl ShopRow {
             name: row.text("name")?,
             webhook_url: row.opt_text("webhook_url")?,
             signing_secret: row.text("signing_secret")?,
+            old_signing_secret: match (
+                row.opt_text("old_signing_secret")?,
+                row.opt_int("old_signing_secret_until")?,
+            ) {
+                (Some(secret), Some(until)) => Some((secret, until)),
+                _ => None,
+            },
             origins: serde_json::from_str(&row.text("origins")?)?,
             livemode: row.int("livemode")? == 1,
         })
@@ -300,10 +330,17 @@ impl Store {
         .await
     }
 
-    /// Deletes the retired keys whose overlap ended before `now_ms`; how many.
-    pub async fn sweep_retired_keys(&self, now_ms: i64) -> Result<u64, StoreError> {
+    /// Forgets the retired keys and old signing secrets whose overlap ended before `now_ms`;
+    /// how many.
+    pub async fn sweep_ended_overlaps(&self, now_ms: i64) -> Result<u64, StoreError> {
         self.write(move |tx| {
-            Box::pin(async move { tx.execute(SWEEP_RETIRED_KEYS, &[Arg::Int(now_ms)]).await })
+            Box::pin(async move {
+                let keys = tx.execute(SWEEP_RETIRED_KEYS, &[Arg::Int(now_ms)]).await?;
+                let secrets = tx
+                    .execute(SWEEP_OLD_SIGNING_SECRETS, &[Arg::Int(now_ms)])
+                    .await?;
+                Ok(keys + secrets)
+            })
         })
         .await
     }
@@ -426,6 +463,30 @@ impl Tx {
         )
         .await
         .map(|_| ())
+    }
+
+    /// A new signing secret for the shop in one mode; the old one signs beside it until
+    /// `old_until_ms`, if given. `false`: no such shop.
+    pub async fn roll_signing_secret(
+        &mut self,
+        shop_id: &str,
+        livemode: bool,
+        secret: &str,
+        old_until_ms: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let mode = Arg::Int(livemode.into());
+        let changed = match old_until_ms {
+            Some(until) => {
+                let args = [Arg::Text(shop_id), Arg::Text(secret), Arg::Int(until), mode];
+                self.execute(ROLL_SIGNING_SECRET_WITH_OVERLAP, &args)
+                    .await?
+            }
+            None => {
+                let args = [Arg::Text(shop_id), Arg::Text(secret), mode];
+                self.execute(ROLL_SIGNING_SECRET, &args).await?
+            }
+        };
+        Ok(changed == 1)
     }
 
     /// The account's present key keeps working until `until_ms` (the overlap of a roll).

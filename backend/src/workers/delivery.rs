@@ -193,11 +193,24 @@ async fn send(store: &Store, client: &reqwest::Client, event: &EventRow) -> Sent
     let Some(url) = shop.webhook_url else {
         return Sent::Failed("the shop has no webhook URL".into());
     };
-    let timestamp = now_ms() / 1000;
-    let signature = match standardwebhooks::Webhook::new(&shop.signing_secret)
-        .and_then(|hook| hook.sign(&event.event_id, timestamp, event.body.as_bytes()))
+    let now = now_ms();
+    let timestamp = now / 1000;
+    // During a rolled secret's overlap, one signature by each (Standard Webhooks: space-separated):
+    // the shop's endpoint verifies with whichever secret it holds.
+    let old = shop
+        .old_signing_secret
+        .as_ref()
+        .filter(|(_, until)| *until > now)
+        .map(|(secret, _)| secret);
+    let signature = match std::iter::once(&shop.signing_secret)
+        .chain(old)
+        .map(|secret| {
+            standardwebhooks::Webhook::new(secret)
+                .and_then(|hook| hook.sign(&event.event_id, timestamp, event.body.as_bytes()))
+        })
+        .collect::<Result<Vec<_>, _>>()
     {
-        Ok(signature) => signature,
+        Ok(signatures) => signatures.join(" "),
         Err(error) => return Sent::Failed(format!("signing: {error}")),
     };
     let answer = client

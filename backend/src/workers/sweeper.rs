@@ -42,10 +42,12 @@ pub fn spawn(
                 Err(error) => tracing::warn!(%error, "sweeping sign-ins failed; will retry"),
             }
             // E-mail codes, passkey ceremonies and retired keys are few: one statement each.
-            match store.sweep_retired_keys(now_ms()).await {
+            match store.sweep_ended_overlaps(now_ms()).await {
                 Ok(0) => {}
-                Ok(deleted) => tracing::info!(deleted, "swept keys whose overlap ended"),
-                Err(error) => tracing::warn!(%error, "sweeping retired keys failed; will retry"),
+                Ok(swept) => {
+                    tracing::info!(swept, "forgot old keys and secrets whose overlap ended")
+                }
+                Err(error) => tracing::warn!(%error, "sweeping ended overlaps failed; will retry"),
             }
             match store.sweep_expired_codes(now_ms()).await {
                 Ok(0) => {}
