@@ -648,6 +648,7 @@ async fn lapsing_sessions(store: &Store, count: usize, expires_at: i64) -> Vec<S
                         name: "Лавка".into(),
                         webhook_url: None,
                         signing_secret: "whsec_x".into(),
+                        old_signing_secret: None,
                         origins: Vec::new(),
                         livemode: false,
                     };
