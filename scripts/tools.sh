@@ -12,12 +12,16 @@
 #   CHECKOUT_PGBOUNCER  PgBouncer's program; default /usr/sbin/pgbouncer (Debian's)
 #   CHECKOUT_RABBITMQ_BIN  RabbitMQ's programs; default /usr/lib/rabbitmq/bin (Debian's)
 #   CHECKOUT_OPENSSL_PC  OpenSSL's pkg-config file (webauthn-rs links OpenSSL); default Debian's
+#   CHECKOUT_PATRONI, CHECKOUT_ETCD, CHECKOUT_HAPROXY  the HA cluster's programs; default Debian's
 
 CHECKOUT_ROOT="${CHECKOUT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 CHECKOUT_PG_BIN="${CHECKOUT_PG_BIN:-/usr/lib/postgresql/15/bin}"
 CHECKOUT_PGBOUNCER="${CHECKOUT_PGBOUNCER:-/usr/sbin/pgbouncer}"
 CHECKOUT_RABBITMQ_BIN="${CHECKOUT_RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}"
 CHECKOUT_OPENSSL_PC="${CHECKOUT_OPENSSL_PC:-/usr/lib/x86_64-linux-gnu/pkgconfig/openssl.pc}"
+CHECKOUT_PATRONI="${CHECKOUT_PATRONI:-/usr/bin/patroni}"
+CHECKOUT_ETCD="${CHECKOUT_ETCD:-/usr/bin/etcd}"
+CHECKOUT_HAPROXY="${CHECKOUT_HAPROXY:-/usr/sbin/haproxy}"
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132
 AXE_CORE_VERSION=4.14.1
@@ -83,6 +87,20 @@ has_pgbouncer() {
 # The tests start a throwaway RabbitMQ node (the checkout's events on a broker).
 has_rabbitmq() {
     [ -x "$CHECKOUT_RABBITMQ_BIN/rabbitmq-server" ] && [ -x "$CHECKOUT_RABBITMQ_BIN/rabbitmqctl" ]
+}
+
+# The highly available PostgreSQL of the failover tests and scripts/cluster: Patroni (with its
+# PostgreSQL driver and etcd client, which the package brings), etcd, HAProxy.
+has_patroni() {
+    [ -x "$CHECKOUT_PATRONI" ]
+}
+
+has_etcd() {
+    [ -x "$CHECKOUT_ETCD" ]
+}
+
+has_haproxy() {
+    [ -x "$CHECKOUT_HAPROXY" ]
 }
 
 # The server's passkeys (webauthn-rs) link OpenSSL: its headers, and pkg-config to find them.
@@ -173,6 +191,9 @@ install_tools() {
     has_postgres || debian+=(postgresql)
     has_pgbouncer || debian+=(pgbouncer)
     has_rabbitmq || debian+=(rabbitmq-server)
+    has_patroni || debian+=(patroni)
+    has_etcd || debian+=(etcd-server)
+    has_haproxy || debian+=(haproxy)
     has_openssl_dev || debian+=(libssl-dev pkg-config)
     if [ ${#debian[@]} -gt 0 ]; then
         step "installing ${debian[*]} (Debian packages)" apt_install "${debian[@]}"
@@ -182,6 +203,9 @@ install_tools() {
         verify "installing postgresql" has_postgres
         verify "installing pgbouncer" has_pgbouncer
         verify "installing rabbitmq-server" has_rabbitmq
+        verify "installing patroni" has_patroni
+        verify "installing etcd-server" has_etcd
+        verify "installing haproxy" has_haproxy
         verify "installing libssl-dev and pkg-config" has_openssl_dev
     fi
 

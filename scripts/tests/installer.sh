@@ -34,6 +34,9 @@ fake_pgbouncer() { fake "$1/pgbouncer" "PgBouncer 1.18.0"; }
 fake_rabbitmq() { fake "$1/rabbitmq-server" "RabbitMQ 3.10.8"; fake "$1/rabbitmqctl" "RabbitMQ 3.10.8"; }
 fake_schemathesis() { fake "$1/st" "st, version 4.32.5"; }
 fake_aiosmtpd() { fake "$1/aiosmtpd" "$1/aiosmtpd 1.4.6"; }
+fake_patroni() { fake "$1/patroni" "patroni 3.0.2"; }
+fake_etcd() { fake "$1/etcd" "etcd Version: 3.4.23"; }
+fake_haproxy() { fake "$1/haproxy" "HAProxy version 2.6.12"; }
 fake_openssl_dev() { mkdir -p "$1/pkgconfig"; : >"$1/pkgconfig/openssl.pc"; fake "$2/pkg-config" "1.8.1"; }
 fake_axe_core() {
     mkdir -p "$1/axe-core"
@@ -68,7 +71,7 @@ make_world() {
     fake "$dir/bin/id" "0" # as root: apt-get is called directly
     # The stubs below make their fakes with the same functions as this test.
     { declare -f fake fake_trunk fake_wasm_bindgen fake_wasm_opt fake_esbuild fake_chromium fake_chromedriver \
-        fake_postgres fake_pgbouncer fake_rabbitmq fake_openssl_dev fake_schemathesis fake_aiosmtpd fake_axe_core make_pip; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
+        fake_postgres fake_pgbouncer fake_rabbitmq fake_patroni fake_etcd fake_haproxy fake_openssl_dev fake_schemathesis fake_aiosmtpd fake_axe_core make_pip; echo "lock_version=$lock_version"; } >"$dir/fakes.sh"
     [[ $absent == *" trunk "* ]] || fake_trunk "$dir/cargo/bin"
     [[ $absent == *" wasm-bindgen "* ]] || fake_wasm_bindgen "$dir/cargo/bin"
     [[ $absent == *" wasm-opt "* ]] || fake_wasm_opt "$dir/root/tools/node_modules/.bin"
@@ -79,6 +82,9 @@ make_world() {
     [[ $absent == *" postgresql "* ]] || fake_postgres "$dir/pg"
     [[ $absent == *" pgbouncer "* ]] || fake_pgbouncer "$dir/sbin"
     [[ $absent == *" rabbitmq-server "* ]] || fake_rabbitmq "$dir/rabbitmq"
+    [[ $absent == *" patroni "* ]] || fake_patroni "$dir/sbin"
+    [[ $absent == *" etcd-server "* ]] || fake_etcd "$dir/sbin"
+    [[ $absent == *" haproxy "* ]] || fake_haproxy "$dir/sbin"
     [[ $absent == *" libssl-dev "* ]] || fake_openssl_dev "$dir/ssl" "$dir/bin"
     [[ $absent == *" schemathesis "* ]] || fake_schemathesis "$dir/root/tools/venv/bin"
     [[ $absent == *" aiosmtpd "* ]] || fake_aiosmtpd "$dir/root/tools/venv/bin"
@@ -101,6 +107,9 @@ for package in "\$@"; do
         postgresql) fake_postgres "$dir/pg" ;;
         pgbouncer) fake_pgbouncer "$dir/sbin" ;;
         rabbitmq-server) fake_rabbitmq "$dir/rabbitmq" ;;
+        patroni) fake_patroni "$dir/sbin" ;;
+        etcd-server) fake_etcd "$dir/sbin" ;;
+        haproxy) fake_haproxy "$dir/sbin" ;;
         libssl-dev) fake_openssl_dev "$dir/ssl" "$dir/bin" ;;
         pkg-config) ;;
         npm) ;;
@@ -152,6 +161,7 @@ install_in() {
     local dir="$1"
     env -i HOME="$dir" CARGO_HOME="$dir/cargo" CHECKOUT_ROOT="$dir/root" CHECKOUT_PG_BIN="$dir/pg" \
         CHECKOUT_PGBOUNCER="$dir/sbin/pgbouncer" CHECKOUT_RABBITMQ_BIN="$dir/rabbitmq" CHECKOUT_OPENSSL_PC="$dir/ssl/pkgconfig/openssl.pc" \
+        CHECKOUT_PATRONI="$dir/sbin/patroni" CHECKOUT_ETCD="$dir/sbin/etcd" CHECKOUT_HAPROXY="$dir/sbin/haproxy" \
         FAIL_CARGO="${FAIL_CARGO:-}" PATH="$dir/bin:$dir/sys" \
         "$(command -v bash)" -c "set -euo pipefail; . '$tools_sh'; install_tools" \
         >"$dir/stdout" 2>"$dir/stderr"
@@ -193,12 +203,15 @@ declare -A install_of=(
     [postgresql]="apt-get install postgresql"
     [pgbouncer]="apt-get install pgbouncer"
     [rabbitmq-server]="apt-get install rabbitmq-server"
+    [patroni]="apt-get install patroni"
+    [etcd-server]="apt-get install etcd-server"
+    [haproxy]="apt-get install haproxy"
     [libssl-dev]="apt-get install libssl-dev pkg-config"
     [wasm32]="rustup target add wasm32-unknown-unknown"
     [schemathesis]="pip install --quiet --disable-pip-version-check schemathesis==4.32.5"
     [aiosmtpd]="pip install --quiet --disable-pip-version-check aiosmtpd==1.4.6"
 )
-for tool in trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server libssl-dev wasm32 schemathesis aiosmtpd; do
+for tool in trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server patroni etcd-server haproxy libssl-dev wasm32 schemathesis aiosmtpd; do
     dir="$work/absent-$tool"
     make_world "$dir" "$tool"
     install_in "$dir"
@@ -211,10 +224,10 @@ install_in "$dir"
 expect_installs "with every tool present, installs nothing" "$dir" $?
 
 dir="$work/bare"
-make_world "$dir" trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server libssl-dev wasm32 schemathesis aiosmtpd
+make_world "$dir" trunk wasm-bindgen wasm-opt esbuild axe-core chromium chromedriver postgresql pgbouncer rabbitmq-server patroni etcd-server haproxy libssl-dev wasm32 schemathesis aiosmtpd
 install_in "$dir"
 expect_installs "on a bare machine, installs everything" "$dir" $? \
-    "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server libssl-dev pkg-config" \
+    "apt-get install chromium chromium-driver postgresql pgbouncer rabbitmq-server patroni etcd-server haproxy libssl-dev pkg-config" \
     "rustup target add wasm32-unknown-unknown" \
     "${install_of[trunk]}" "${install_of[wasm-bindgen]}" "npm ci" "${install_of[schemathesis]}" \
     "${install_of[aiosmtpd]}"

@@ -4,6 +4,7 @@
 
 pub mod chromium;
 pub mod mail;
+pub mod patroni;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod rabbitmq;
