@@ -478,3 +478,69 @@ async fn behind_a_transaction_pooler_the_schema_is_migrated_by_the_operator() {
     assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
     db.assert_invariants().await;
 }
+
+/// A connection that lands on a read-only server (a standby, during a failover or before a
+/// proxy's first health check): the write is refused by the database, and the checkout says
+/// `503` with `Retry-After` (retry with the same key), as for any database that cannot take
+/// writes now, never `500`. Nothing moves; writable again, the same key pays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_that_lands_on_a_read_only_server_is_unavailable_not_an_error() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let server = Server::start(SERVER, &db).await;
+    let shopper = server.api().shopper().await;
+    let shop = server.add_shop("Лавка").await;
+    let body = shop.checkout("ord-standby", 7_000).await;
+    let database = db.url.rsplit('/').next().unwrap().to_owned();
+    // The settings are changed from another database of the cluster (this one turns read-only).
+    let admin = TestDb::at(db.url.replace(&format!("/{database}"), "/postgres"));
+    // Every connection the server has is cut; every new one is read-only, as a standby's.
+    admin
+        .execute(&format!(
+            "ALTER DATABASE {database} SET default_transaction_read_only = on"
+        ))
+        .await;
+    admin
+        .execute(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
+        ))
+        .await;
+    let key = new_key();
+    let mut refused = None;
+    // The first attempts may meet the cut connections (also `503`); then a read-only one.
+    for _ in 0..5 {
+        let answer = shopper.pay(&key, &body).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            answer.body
+        );
+        assert_eq!(answer.header("retry-after"), Some("1"), "{}", answer.body);
+        refused = Some(answer);
+    }
+    refused.unwrap().assert_problem(503, "service_unavailable");
+    assert!(
+        server.log().contains("read-only transaction"),
+        "the writes met a read-only server"
+    );
+    admin
+        .execute(&format!(
+            "ALTER DATABASE {database} SET default_transaction_read_only = off"
+        ))
+        .await;
+    admin
+        .execute(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
+        ))
+        .await;
+    // The first attempt may meet a cut connection again.
+    let mut paid = shopper.pay(&key, &body).await;
+    for _ in 0..5 {
+        if paid.status != StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        paid = shopper.pay(&key, &body).await;
+    }
+    assert_eq!(paid.status, StatusCode::CREATED, "{}", paid.body);
+    db.assert_invariants().await;
+}

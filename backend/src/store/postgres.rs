@@ -354,8 +354,9 @@ pub fn classify(error: sqlx::Error) -> StoreError {
         sqlx::Error::Database(db) => match db.code().as_deref() {
             Some("55P03") => StoreError::Busy, // lock_not_available: lock_timeout hit
             Some("40001" | "40P01") => StoreError::Retry, // serialization, deadlock
-            // connection lost, server shutting down
-            Some(code) if code.starts_with("08") || code.starts_with("57P") => {
+            // connection lost, server shutting down; or a read-only server (the connection
+            // reached a standby: a failover in progress, or a proxy that has not checked yet)
+            Some(code) if code.starts_with("08") || code.starts_with("57P") || code == "25006" => {
                 StoreError::Unavailable
             }
             _ => StoreError::Other,
