@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use checkout_testkit::patroni::HaCluster;
 use checkout_testkit::postgres::{Cluster, Replication};
 use checkout_testkit::receiver::Receiver;
 use checkout_testkit::{Answer, Api, Server, TestDb, add_shop_with, new_key, session_request};
@@ -67,6 +68,8 @@ pub struct FailoverReport {
     pub double_charges: u64,
     /// From the primary's death to the first `2xx` of a request sent after it.
     pub outages: Vec<Duration>,
+    /// The same per fault, named by its kind (`leader's postgres killed`, …).
+    pub outages_by_fault: Vec<(String, Duration)>,
     /// `2xx` answers after the last failover (the checkout recovered without a restart).
     pub answered_after_last: u64,
     pub events: i64,
@@ -270,20 +273,27 @@ async fn backoff() {
 }
 
 fn start_server(binary: &str, db: &TestDb) -> impl std::future::Future<Output = Server> {
-    Server::start_with(
-        binary,
-        db,
-        &[
-            ("RUST_LOG", "warn,checkout_backend=info"),
-            ("CHECKOUT_WEBHOOK_POLL_MS", "50"),
-            ("CHECKOUT_WEBHOOK_TIMEOUT_MS", "1000"),
-            ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "50"),
-            ("CHECKOUT_WEBHOOK_ATTEMPTS", "100"),
-            ("CHECKOUT_DB_POOL_SIZE", "8"),
-            ("CHECKOUT_KEYS_IN_PROGRESS", "64"),
-            ("CHECKOUT_TEST_SHOPPERS_PER_ADDRESS", "1000"),
-        ],
-    )
+    start_server_at(binary, db, None)
+}
+
+/// A checkout instance for the campaigns, on `port` if given (behind HAProxy, where it must
+/// come back on the same one).
+async fn start_server_at(binary: &str, db: &TestDb, port: Option<u16>) -> Server {
+    let addr = port.map(|port| format!("127.0.0.1:{port}"));
+    let mut env = vec![
+        ("RUST_LOG", "warn,checkout_backend=info"),
+        ("CHECKOUT_WEBHOOK_POLL_MS", "50"),
+        ("CHECKOUT_WEBHOOK_TIMEOUT_MS", "1000"),
+        ("CHECKOUT_WEBHOOK_FIRST_RETRY_MS", "50"),
+        ("CHECKOUT_WEBHOOK_ATTEMPTS", "100"),
+        ("CHECKOUT_DB_POOL_SIZE", "8"),
+        ("CHECKOUT_KEYS_IN_PROGRESS", "64"),
+        ("CHECKOUT_TEST_SHOPPERS_PER_ADDRESS", "1000"),
+    ];
+    if let Some(addr) = &addr {
+        env.push(("CHECKOUT_ADDR", addr));
+    }
+    Server::start_with(binary, db, &env).await
 }
 
 /// Waits until `standby` streams from `primary` in the way `replication` asks.
@@ -416,13 +426,57 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
         client.await.unwrap();
     }
     let (failovers, primary, _address) = chaos.await.unwrap();
+    let report = settle(Settling {
+        label: format!("{replication:?}").to_lowercase(),
+        synchronous: replication == Replication::Synchronous,
+        load: &load,
+        duplicates: duplicates.load(Ordering::SeqCst),
+        faults: failovers
+            .into_iter()
+            .map(|at| ("primary lost", at))
+            .collect(),
+        db: &db,
+        receiver: &receiver,
+    })
+    .await;
+    drop(servers);
+    drop(primary);
+    report
+}
 
+/// What a campaign's load left behind, to be settled and counted.
+struct Settling<'a> {
+    label: String,
+    /// Every acknowledged change must survive (a synchronous standby was promoted).
+    synchronous: bool,
+    load: &'a Load,
+    duplicates: u64,
+    /// Each fault, and when it struck.
+    faults: Vec<(&'static str, Instant)>,
+    db: &'a TestDb,
+    receiver: &'a Receiver,
+}
+
+/// Settles what the load left (every key without a definite answer resent until it has one;
+/// every key with one resent once, which must replay it) and counts what a shop and a shopper
+/// would check.
+async fn settle(settling: Settling<'_>) -> FailoverReport {
+    let Settling {
+        label,
+        synchronous,
+        load,
+        duplicates,
+        faults,
+        db,
+        receiver,
+    } = settling;
+    let failovers: Vec<Instant> = faults.iter().map(|(_, at)| *at).collect();
     // Settle: every key without a definite answer is resent until it has one; every key with
     // one is resent once, and must replay it (unless the promotion lost it).
     let mut report = FailoverReport {
-        replication: format!("{replication:?}").to_lowercase(),
+        replication: label,
         failovers: failovers.len() as u32,
-        duplicates: duplicates.load(Ordering::SeqCst),
+        duplicates,
         ..FailoverReport::default()
     };
     let (requests, first, attack_sends) = {
@@ -503,7 +557,7 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
                 .violations
                 .push(format!("a 5xx other than 503: {error}"));
         }
-        for killed in &failovers {
+        for (fault, killed) in &faults {
             let first_success = book
                 .successes
                 .iter()
@@ -511,10 +565,15 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
                 .map(|(_, answered)| *answered)
                 .min();
             match first_success {
-                Some(at) => report.outages.push(at - *killed),
-                None => report
-                    .violations
-                    .push("no request sent after a failover was answered 2xx".into()),
+                Some(at) => {
+                    report.outages.push(at - *killed);
+                    report
+                        .outages_by_fault
+                        .push((fault.to_string(), at - *killed));
+                }
+                None => report.violations.push(format!(
+                    "no request sent after a fault ({fault}) was answered 2xx"
+                )),
             }
         }
         if let Some(last) = failovers.last() {
@@ -592,9 +651,7 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
             checked.invariant.name, checked.violations
         ));
     }
-    if replication == Replication::Synchronous
-        && report.acknowledged_lost + report.sessions_lost > 0
-    {
+    if synchronous && report.acknowledged_lost + report.sessions_lost > 0 {
         report.violations.push(format!(
             "synchronous replication lost {} acknowledged payments or refunds and {} sessions",
             report.acknowledged_lost, report.sessions_lost
@@ -611,7 +668,187 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
             .violations
             .push("the checkout did not recover after the last failover".into());
     }
+    report
+}
+
+/// A fault of the campaign on real engines ([`run_ha`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL to the Patroni leader's PostgreSQL: Patroni promotes the synchronous standby,
+    /// HAProxy moves the connections; the old leader comes back as a replica (`pg_rewind`).
+    LeaderPostgres,
+    /// SIGKILL to an etcd member, started again a while later: two of three keep the quorum.
+    EtcdMember,
+    /// SIGKILL to a checkout instance, started again: HAProxy sends its clients to the other.
+    CheckoutInstance,
+    /// HAProxy SIGKILLed and started again: every connection through it is cut.
+    HaproxyRestart,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 4] = [
+        Fault::LeaderPostgres,
+        Fault::EtcdMember,
+        Fault::CheckoutInstance,
+        Fault::HaproxyRestart,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::LeaderPostgres => "the leader's PostgreSQL killed",
+            Fault::EtcdMember => "an etcd member killed",
+            Fault::CheckoutInstance => "a checkout instance killed",
+            Fault::HaproxyRestart => "HAProxy restarted",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct HaPlan {
+    /// In this order, each after `load_before` of load (and the cluster whole again).
+    pub faults: Vec<Fault>,
+    pub requests: u64,
+    pub clients: usize,
+    pub load_before: Duration,
+}
+
+/// The campaign on the engines an operator deploys: Patroni (three PostgreSQL nodes,
+/// synchronous mode) over three etcd members, HAProxy in front of both the database and two
+/// checkout instances. The load goes through HAProxy; the faults strike in turn.
+pub async fn run_ha(plan: &HaPlan, server_bin: &str) -> FailoverReport {
+    let cluster = Arc::new(HaCluster::start_with_web(2).await);
+    let db = TestDb::at(cluster.create_database().await);
+    let mut servers = Vec::new();
+    for port in &cluster.web_ports {
+        servers.push(start_server_at(server_bin, &db, Some(*port)).await);
+    }
+    let front = format!("http://127.0.0.1:{}", cluster.web_port);
+    // HAProxy has seen the instances up.
+    let health = format!("{front}/healthz");
+    checkout_testkit::wait_until(
+        "HAProxy reaches a checkout",
+        Duration::from_secs(30),
+        || async {
+            reqwest::get(&health)
+                .await
+                .is_ok_and(|a| a.status().is_success())
+        },
+    )
+    .await;
+    let receiver = Receiver::start().await;
+    let shop = add_shop_with(
+        server_bin,
+        &db.url,
+        &front,
+        "Лавка кластера",
+        Some(&receiver.url),
+        &[],
+    )
+    .await;
+    let mut shoppers = Vec::new();
+    for _ in 0..plan.clients {
+        shoppers.push(Api::new(&front).shopper_token().await);
+    }
+    let load = Arc::new(Load {
+        servers: vec![front],
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap(),
+        shop_key: shop.api.token.clone().unwrap(),
+        book: Mutex::default(),
+    });
+
+    let failing_over = Arc::new(AtomicBool::new(true));
+    let chaos = {
+        let (plan, failing_over, cluster) = (plan.clone(), failing_over.clone(), cluster.clone());
+        let (server_bin, db_url) = (server_bin.to_owned(), db.url.clone());
+        tokio::spawn(async move {
+            let db = TestDb::at(db_url);
+            let mut struck = Vec::new();
+            for (round, fault) in plan.faults.iter().enumerate() {
+                tokio::time::sleep(plan.load_before).await;
+                // When the fault has struck: once the blow has landed (the killed process is
+                // surely gone), so that nothing sent after it can have been answered by it.
+                let at = match fault {
+                    Fault::LeaderPostgres => {
+                        let leader = cluster.leader().await.expect("a leader");
+                        cluster.kill_postgres(leader);
+                        let at = Instant::now();
+                        cluster.until_writable().await;
+                        // The next fault finds the cluster whole: the old leader a replica.
+                        cluster.until_whole().await;
+                        at
+                    }
+                    Fault::EtcdMember => {
+                        let member = round % 3;
+                        cluster.kill_etcd(member);
+                        let at = Instant::now();
+                        tokio::time::sleep(plan.load_before).await;
+                        cluster.restart_etcd(member);
+                        at
+                    }
+                    Fault::CheckoutInstance => {
+                        let instance = round % servers.len();
+                        servers[instance].kill();
+                        let at = Instant::now();
+                        tokio::time::sleep(plan.load_before).await;
+                        let port = cluster.web_ports[instance];
+                        servers[instance] = start_server_at(&server_bin, &db, Some(port)).await;
+                        at
+                    }
+                    Fault::HaproxyRestart => {
+                        cluster.kill_haproxy();
+                        let at = Instant::now();
+                        cluster.start_haproxy();
+                        at
+                    }
+                };
+                struck.push((fault.name(), at));
+            }
+            // The load goes on a while after the last: the checkout must recover by itself.
+            tokio::time::sleep(plan.load_before).await;
+            failing_over.store(false, Ordering::SeqCst);
+            (struck, servers)
+        })
+    };
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let duplicates = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = shoppers
+        .into_iter()
+        .map(|shopper| {
+            let (load, sent, duplicates, failing_over) = (
+                load.clone(),
+                sent.clone(),
+                duplicates.clone(),
+                failing_over.clone(),
+            );
+            let budget = plan.requests;
+            tokio::spawn(async move {
+                let mut n = 0;
+                while failing_over.load(Ordering::SeqCst) || sent.load(Ordering::SeqCst) < budget {
+                    n += 1;
+                    load.order(&shopper, n, &duplicates).await;
+                    sent.fetch_add(2, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let (faults, servers) = chaos.await.unwrap();
+    let report = settle(Settling {
+        label: "patroni".into(),
+        synchronous: true,
+        load: &load,
+        duplicates: duplicates.load(Ordering::SeqCst),
+        faults,
+        db: &db,
+        receiver: &receiver,
+    })
+    .await;
     drop(servers);
-    drop(primary);
     report
 }

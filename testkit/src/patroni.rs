@@ -48,6 +48,10 @@ pub struct HaCluster {
     pub nodes: Vec<PgNode>,
     /// Where clients connect: HAProxy, to the primary.
     pub port: u16,
+    /// Where the checkout's clients connect: HAProxy, to any live instance of `web_ports`.
+    pub web_port: u16,
+    /// The ports the checkout's instances listen on (started by the test, behind HAProxy).
+    pub web_ports: Vec<u16>,
     haproxy: Mutex<Option<Child>>,
     http: reqwest::Client,
 }
@@ -117,8 +121,14 @@ fn sigkill(process: &Mutex<Option<Child>>) {
 
 impl HaCluster {
     /// The whole cluster, up: a leader, a synchronous standby and a replica, all streaming,
-    /// and HAProxy sending connections to the leader (about 15 s).
+    /// and HAProxy sending connections to the leader (about 10 s).
     pub async fn start() -> HaCluster {
+        HaCluster::start_with_web(0).await
+    }
+
+    /// The same, HAProxy also in front of `instances` checkout instances, which the test
+    /// starts on [`web_ports`](Self::web_ports).
+    pub async fn start_with_web(instances: usize) -> HaCluster {
         for program in [patroni(), etcd(), haproxy()] {
             assert!(
                 Path::new(&program).exists(),
@@ -163,6 +173,8 @@ impl HaCluster {
             .collect();
         let cluster = HaCluster {
             port: free_port(),
+            web_port: free_port(),
+            web_ports: (0..instances).map(|_| free_port()).collect(),
             dir,
             etcd,
             nodes,
@@ -354,10 +366,23 @@ impl HaCluster {
         self.start_etcd(i);
     }
 
-    /// SIGKILL to HAProxy (every connection through it cut), then HAProxy again on its port.
-    pub fn restart_haproxy(&self) {
+    /// SIGKILL to HAProxy: every connection through it is cut.
+    pub fn kill_haproxy(&self) {
         sigkill(&self.haproxy);
-        self.start_haproxy();
+    }
+
+    /// HAProxy (again) on its ports.
+    pub fn start_haproxy(&self) {
+        let child = Command::new(haproxy())
+            .arg("-db")
+            .arg("-f")
+            .arg(self.dir.join("haproxy.cfg"))
+            .stdin(Stdio::null())
+            .stdout(log_file(&self.dir, "haproxy"))
+            .stderr(log_file(&self.dir, "haproxy"))
+            .spawn()
+            .expect("haproxy starts");
+        *self.haproxy.lock().unwrap() = Some(child);
     }
 
     /// The last lines of every log: what a failed wait prints.
@@ -523,20 +548,52 @@ postgresql:
              default-server inter 300ms fall 2 rise 1 on-marked-down shutdown-sessions\n{servers}",
             port = self.port
         );
+        // The checkout's instances: round robin over those that accept connections; a request
+        // whose connection is refused (an instance just died) goes to another before any byte
+        // of it is sent, so retrying it is safe. (A TCP check: `/healthz` asks the database,
+        // and a database failover must not take every instance out: each answers `503` with
+        // `Retry-After` by itself.)
+        let web: String = self
+            .web_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| format!("    server checkout{i} 127.0.0.1:{port} check\n"))
+            .collect();
+        // An instance that dies mid-request leaves HAProxy without an answer: it says so as the
+        // checkout would (a `503` problem, `Retry-After`, resend with the same key), never as
+        // a bare `502`.
+        let unanswered = self.dir.join("unanswered.http");
+        let detail = "the checkout did not answer; retry with the same key: the answer will \
+                      say what happened, and nothing is charged twice";
+        let body = format!(
+            "{{\"type\":\"urn:problem:checkout:service_unavailable\",\"title\":\"The service is \
+             temporarily unavailable\",\"status\":503,\"detail\":\"{detail}\",\
+             \"code\":\"service_unavailable\"}}"
+        );
+        std::fs::write(
+            &unanswered,
+            format!(
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n\
+                 Retry-After: 1\r\nCache-Control: no-store\r\nConnection: close\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+        .unwrap();
+        let config = if web.is_empty() {
+            config
+        } else {
+            format!(
+                "{config}listen checkout\n    bind 127.0.0.1:{port}\n    mode http\n    \
+                 balance roundrobin\n    retries 3\n    option redispatch 1\n    \
+                 timeout client 60s\n    timeout server 60s\n    \
+                 errorfile 502 {file}\n    errorfile 503 {file}\n    errorfile 504 {file}\n    \
+                 default-server inter 300ms fall 1 rise 1\n{web}",
+                port = self.web_port,
+                file = unanswered.display(),
+            )
+        };
         std::fs::write(self.dir.join("haproxy.cfg"), config).unwrap();
-    }
-
-    fn start_haproxy(&self) {
-        let child = Command::new(haproxy())
-            .arg("-db")
-            .arg("-f")
-            .arg(self.dir.join("haproxy.cfg"))
-            .stdin(Stdio::null())
-            .stdout(log_file(&self.dir, "haproxy"))
-            .stderr(log_file(&self.dir, "haproxy"))
-            .spawn()
-            .expect("haproxy starts");
-        *self.haproxy.lock().unwrap() = Some(child);
     }
 }
 
