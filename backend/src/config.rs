@@ -330,8 +330,9 @@ pub struct Config {
     #[arg(long = "db-pooler", env = "CHECKOUT_DB_POOLER", default_value = "none")]
     pub db_pooler: DbPooler,
 
-    /// RabbitMQ (`amqp://user:password@host:5672/%2f`): the outbox's events are also published
-    /// there, to the topic exchange `checkout.events`, confirmed by the broker. Unset: no broker.
+    /// RabbitMQ (`amqp://user:password@host:5672/%2f`), or the nodes of a cluster comma-separated
+    /// (each connection tries the next): the outbox's events are also published there, to the
+    /// topic exchange `checkout.events`, confirmed by the broker. Unset: no broker.
     #[arg(long = "amqp-url", env = "CHECKOUT_AMQP_URL")]
     pub amqp_url: Option<String>,
 

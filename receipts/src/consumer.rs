@@ -88,11 +88,18 @@ pub type AfterCommit = Arc<dyn Fn(&str) -> futures::future::BoxFuture<'static, (
 pub async fn run(store: Store, settings: ConsumerSettings, seams: Seams) {
     let protocol = Protocol::new(INBOX_TTL);
     let mut pause = Duration::from_millis(100);
+    let mut nodes = checkout_shared::broker::BrokerNodes::parse(&settings.amqp_url);
     loop {
         let started = Instant::now();
-        match consume(&store, &protocol, &settings, &seams).await {
-            Ok(()) => tracing::warn!("the broker ended the consumer; consuming again"),
-            Err(error) => tracing::warn!(%error, "consuming from the broker failed; will retry"),
+        let Some((node, url)) = nodes.next() else {
+            tracing::error!("RECEIPTS_AMQP_URL names no broker node; not consuming");
+            return;
+        };
+        match consume(&store, &protocol, &settings, &seams, url).await {
+            Ok(()) => tracing::warn!(node, "the broker ended the consumer; consuming again"),
+            Err(error) => tracing::warn!(
+                %error, node, "consuming from the broker failed; will retry with the next node"
+            ),
         }
         metrics::gauge!(CONSUMING_METRIC).set(0.0);
         if started.elapsed() > Duration::from_secs(10) {
@@ -167,12 +174,12 @@ async fn consume(
     protocol: &Protocol,
     settings: &ConsumerSettings,
     seams: &Seams,
+    url: &str,
 ) -> Result<(), BoxError> {
     // A node still booting accepts the TCP connection and may answer nothing for a minute:
     // the whole setup is bounded, and tried again.
     let setup = async {
-        let connection =
-            Connection::connect(&settings.amqp_url, ConnectionProperties::default()).await?;
+        let connection = Connection::connect(url, ConnectionProperties::default()).await?;
         let channel = connection.create_channel().await?;
         declare(&channel, settings).await?;
         channel

@@ -24,7 +24,8 @@ pub use consumer::{ConsumerSettings, Seams};
     about = "Fiscal receipts from the checkout's events on RabbitMQ"
 )]
 pub struct Config {
-    /// The broker, e.g. amqp://guest:guest@127.0.0.1:5672/%2f
+    /// The broker, e.g. amqp://guest:guest@127.0.0.1:5672/%2f, or the nodes of a cluster
+    /// comma-separated (each connection tries the next)
     #[arg(long, env = "RECEIPTS_AMQP_URL")]
     pub amqp_url: String,
     /// sqlite://FILE (created if missing) or postgres://…

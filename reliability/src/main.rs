@@ -137,6 +137,7 @@ async fn main() -> std::process::ExitCode {
             load: Duration::from_secs(args.receipts_seconds),
             chaos_every: Duration::from_millis(1_500),
             broker_every: 5,
+            broker_nodes: 1,
         };
         let started = Instant::now();
         let report = receipts::run(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use checkout_testkit::rabbitmq::Broker;
+use checkout_testkit::rabbitmq::BrokerCluster;
 use checkout_testkit::receipts::{Consumer, mismatches_with_the_books};
 use checkout_testkit::{Api, Backend, Server, Shop, TestDb, new_key, pay_session};
 use reqwest::StatusCode;
@@ -25,8 +25,11 @@ pub struct ReceiptsPlan {
     pub load: Duration,
     /// Time between two acts of chaos.
     pub chaos_every: Duration,
-    /// Every this many acts, the broker is restarted; else a consumer is killed.
+    /// Every this many acts, the broker is restarted (one node: stopped and started; a
+    /// cluster: one node SIGKILLed and started again, in turn); else a consumer is killed.
     pub broker_every: u64,
+    /// RabbitMQ nodes: 1, or a cluster of 3 (the quorum queue survives one node's death).
+    pub broker_nodes: usize,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -72,10 +75,17 @@ impl ReceiptsReport {
 
 /// Runs the campaign with `server_bin` (a checkout-server) and `receipts_bin`.
 pub async fn run(plan: &ReceiptsPlan, server_bin: &str, receipts_bin: &str) -> ReceiptsReport {
-    let broker = Arc::new(tokio::task::spawn_blocking(Broker::start).await.unwrap());
+    let nodes = plan.broker_nodes;
+    let broker = Arc::new(
+        tokio::task::spawn_blocking(move || BrokerCluster::start(nodes))
+            .await
+            .unwrap(),
+    );
     let db = TestDb::new(plan.backend).await;
     let receipts_db = TestDb::new(plan.backend).await;
-    let url = broker.url();
+    // Every node, comma-separated: the checkout and the consumers move to the next one that
+    // lives when theirs dies.
+    let url = broker.urls();
     // Each ack waits 20 ms after its commit (as over a slow link): a kill then finds more
     // messages committed and unacknowledged, each of which must come back and be absorbed.
     let consumer_env = [
@@ -119,10 +129,20 @@ pub async fn run(plan: &ReceiptsPlan, server_bin: &str, receipts_bin: &str) -> R
         tokio::time::sleep(plan.chaos_every).await;
         act += 1;
         if act.is_multiple_of(plan.broker_every) {
-            let node = broker.clone();
-            tokio::task::spawn_blocking(move || {
-                node.stop();
-                node.start_again();
+            let (broker, which) = (broker.clone(), report.broker_restarts as usize);
+            tokio::task::spawn_blocking(move || match broker.nodes.as_slice() {
+                // One node: stopped as an operator would (a SIGKILLed lone node may lose what
+                // it confirmed but had not yet written: README).
+                [node] => {
+                    node.stop();
+                    node.start_again();
+                }
+                // A cluster: a node dies outright, and comes back on its data.
+                nodes => {
+                    let node = &nodes[which % nodes.len()];
+                    node.kill();
+                    node.start_again();
+                }
             })
             .await
             .unwrap();

@@ -265,14 +265,15 @@ mod campaign {
     use checkout_testkit::Backend;
 
     /// The receipts campaign, bounded: a few seconds of load, consumers killed every second,
-    /// the broker restarted once.
-    async fn bounded(backend: Backend) {
+    /// the broker restarted once (one node), or a node of a three-node cluster SIGKILLed.
+    async fn bounded(backend: Backend, broker_nodes: usize) {
         let plan = ReceiptsPlan {
             backend,
             clients: 4,
             load: Duration::from_secs(8),
             chaos_every: Duration::from_secs(1),
             broker_every: 4,
+            broker_nodes,
         };
         let report = run(&plan, super::SERVER, super::RECEIPTS).await;
         eprintln!("{}", report.summary());
@@ -296,11 +297,18 @@ mod campaign {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn sqlite() {
-        bounded(Backend::Sqlite).await;
+        bounded(Backend::Sqlite, 1).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn postgres() {
-        bounded(Backend::Postgres).await;
+        bounded(Backend::Postgres, 1).await;
+    }
+
+    /// Three RabbitMQ nodes, one SIGKILLed mid-load (a lone node cannot survive that; a
+    /// quorum queue on three can): still exactly one receipt per payment and refund.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_on_a_three_node_broker() {
+        bounded(Backend::Postgres, 3).await;
     }
 }

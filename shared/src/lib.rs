@@ -4,6 +4,7 @@
 //! disagree about a field name, an error code or what a valid idempotency key is.
 
 pub mod api;
+pub mod broker;
 pub mod key;
 pub mod money;
 pub mod problem;

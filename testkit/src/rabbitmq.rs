@@ -17,6 +17,8 @@ pub const IDLE_SCHEDULERS_SLEEP: &str = "+sbwt none +sbwtdcpu none +sbwtdio none
 pub struct Broker {
     pub port: u16,
     dir: PathBuf,
+    /// `HOME` of the node: its Erlang cookie (one for every node of a cluster).
+    home: PathBuf,
     epmd_port: u16,
     dist_port: u16,
     node: String,
@@ -45,19 +47,42 @@ impl Broker {
             .tempdir()
             .unwrap()
             .keep();
-        std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
-        let port = free_port();
-        let broker = Broker {
-            port,
-            node: format!("checkout{port}@localhost"),
-            dir,
-            epmd_port: free_port(),
-            dist_port: free_port(),
-            process: Mutex::new(None),
-        };
+        let broker = Broker::new(dir.clone(), dir, free_port());
         broker.launch();
         broker.stop_when_tests_exit();
         broker
+    }
+
+    /// A node in `dir`, its cookie in `home`, registered with the epmd on `epmd_port`.
+    fn new(dir: PathBuf, home: PathBuf, epmd_port: u16) -> Broker {
+        std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+        let port = free_port();
+        Broker {
+            port,
+            node: format!("checkout{port}@localhost"),
+            dir,
+            home,
+            epmd_port,
+            dist_port: free_port(),
+            process: Mutex::new(None),
+        }
+    }
+
+    /// `rabbitmqctl -n <this node> args…`, which must succeed.
+    fn ctl(&self, args: &[&str]) {
+        let out = Command::new(bin_dir().join("rabbitmqctl"))
+            .args(["-n", &self.node])
+            .args(args)
+            .env("HOME", &self.home)
+            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
+            .output()
+            .expect("rabbitmqctl runs");
+        assert!(
+            out.status.success(),
+            "rabbitmqctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// A connection with a durable (classic) queue `queue` bound by `routing_key` to the
@@ -120,7 +145,7 @@ impl Broker {
         let process = Command::new("setsid")
             .arg(bin_dir().join("rabbitmq-server"))
             .current_dir(dir)
-            .env("HOME", dir)
+            .env("HOME", &self.home)
             .env("RABBITMQ_NODENAME", &self.node)
             .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
             .env("RABBITMQ_NODE_PORT", self.port.to_string())
@@ -153,7 +178,7 @@ impl Broker {
         // queues recovered.
         let ready = Command::new(bin_dir().join("rabbitmqctl"))
             .args(["-n", &self.node, "await_startup", "--timeout", "60"])
-            .env("HOME", dir)
+            .env("HOME", &self.home)
             .env("ERL_EPMD_PORT", self.epmd_port.to_string())
             .output()
             .expect("rabbitmqctl runs");
@@ -188,7 +213,7 @@ impl Broker {
     pub fn stop(&self) {
         let stopped = Command::new(bin_dir().join("rabbitmqctl"))
             .args(["-n", &self.node, "stop"])
-            .env("HOME", &self.dir)
+            .env("HOME", &self.home)
             .env("ERL_EPMD_PORT", self.epmd_port.to_string())
             .output()
             .expect("rabbitmqctl runs");
@@ -234,5 +259,67 @@ impl Drop for Broker {
         let _ = Command::new("sh")
             .args(["-c", &self.stop_script()])
             .status();
+    }
+}
+
+/// Three nodes (or `n`) of one RabbitMQ cluster on loopback: one cookie, one epmd, the second
+/// and later nodes joined to the first. Quorum queues (the consumers declare theirs so) keep a
+/// replica on each node and survive the loss of any one.
+pub struct BrokerCluster {
+    pub nodes: Vec<Broker>,
+}
+
+impl BrokerCluster {
+    pub fn start(n: usize) -> BrokerCluster {
+        let home = tempfile::Builder::new()
+            .prefix("checkout-rabbitmq-cluster-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let cookie = home.join(".erlang.cookie");
+        std::fs::write(
+            &cookie,
+            format!("checkout{}", uuid::Uuid::new_v4().simple()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let epmd_port = free_port();
+        let nodes: Vec<Broker> = (0..n)
+            .map(|i| {
+                let dir = home.join(format!("node{i}"));
+                std::fs::create_dir(&dir).unwrap();
+                Broker::new(dir, home.clone(), epmd_port)
+            })
+            .collect();
+        for node in &nodes {
+            node.stop_when_tests_exit();
+        }
+        run_after_tests_exit(
+            "the broker cluster's",
+            &format!("rm -rf {}", home.display()),
+        );
+        // The nodes boot at once (each takes seconds, mostly waiting), then join the first.
+        std::thread::scope(|scope| {
+            for node in &nodes {
+                scope.spawn(|| node.launch());
+            }
+        });
+        for node in &nodes[1..] {
+            node.ctl(&["stop_app"]);
+            node.ctl(&["join_cluster", &nodes[0].node]);
+            node.ctl(&["start_app"]);
+            node.ctl(&["await_startup", "--timeout", "60"]);
+        }
+        BrokerCluster { nodes }
+    }
+
+    /// Every node's `amqp://`, comma-separated: what the checkout and the consumers are given.
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(Broker::url)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }

@@ -44,12 +44,17 @@ pub struct PublisherSettings {
 pub fn spawn(store: Store, settings: PublisherSettings) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut pause = Duration::from_millis(100);
+        let mut nodes = checkout_shared::broker::BrokerNodes::parse(&settings.url);
         loop {
             let started = std::time::Instant::now();
-            match publish(&store, &settings).await {
+            let Some((node, url)) = nodes.next() else {
+                tracing::error!("CHECKOUT_AMQP_URL names no broker node; not publishing");
+                return;
+            };
+            match publish(&store, &settings, url, node).await {
                 Ok(()) => {}
                 Err(error) => {
-                    tracing::warn!(%error, "publishing events to the broker failed; will retry");
+                    tracing::warn!(%error, node, "publishing events to the broker failed; will retry with the next node");
                     if let Ok(depth) = store.broker_backlog().await {
                         crate::metrics::broker_backlog(depth);
                     }
@@ -66,12 +71,16 @@ pub fn spawn(store: Store, settings: PublisherSettings) -> JoinHandle<()> {
 }
 
 /// One connection's life: publishes until something fails.
-async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxError> {
+async fn publish(
+    store: &Store,
+    settings: &PublisherSettings,
+    url: &str,
+    node: usize,
+) -> Result<(), BoxError> {
     // A node still booting accepts the TCP connection and may answer nothing for a minute:
     // the setup is bounded, and tried again.
     let setup = async {
-        let connection =
-            Connection::connect(&settings.url, ConnectionProperties::default()).await?;
+        let connection = Connection::connect(url, ConnectionProperties::default()).await?;
         let channel = connection.create_channel().await?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
@@ -92,7 +101,7 @@ async fn publish(store: &Store, settings: &PublisherSettings) -> Result<(), BoxE
     let (_connection, channel) = tokio::time::timeout(SETUP_TIMEOUT, setup)
         .await
         .map_err(|_| format!("the broker did not answer within {SETUP_TIMEOUT:?}"))??;
-    tracing::info!("publishing the outbox's events to the broker");
+    tracing::info!(node, "publishing the outbox's events to the broker");
     loop {
         let now_ms = checkout_idempotency::now_ms();
         let events = store.unpublished_events(BATCH, now_ms).await?;
