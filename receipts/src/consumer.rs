@@ -91,7 +91,7 @@ pub async fn run(store: Store, settings: ConsumerSettings, seams: Seams) {
     let mut nodes = checkout_shared::broker::BrokerNodes::parse(&settings.amqp_url);
     loop {
         let started = Instant::now();
-        let Some((node, url)) = nodes.next() else {
+        let Some((node, url)) = nodes.next_node() else {
             tracing::error!("RECEIPTS_AMQP_URL names no broker node; not consuming");
             return;
         };

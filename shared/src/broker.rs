@@ -23,7 +23,7 @@ impl BrokerNodes {
     /// The node to connect to now (the first, then each in turn); `None` if none was given.
     /// Returns its place in the list too (a log names the node by it, never by its URL,
     /// which holds a password).
-    pub fn next(&mut self) -> Option<(usize, &str)> {
+    pub fn next_node(&mut self) -> Option<(usize, &str)> {
         if self.urls.is_empty() {
             return None;
         }
@@ -49,12 +49,12 @@ mod tests {
     fn each_connection_tries_the_next_node_in_turn() {
         let mut nodes = BrokerNodes::parse("amqp://a:1/%2f, amqp://b:2/%2f,");
         assert_eq!(nodes.len(), 2);
-        let tried: Vec<usize> = (0..5).map(|_| nodes.next().unwrap().0).collect();
+        let tried: Vec<usize> = (0..5).map(|_| nodes.next_node().unwrap().0).collect();
         assert_eq!(tried, [0, 1, 0, 1, 0]);
         assert_eq!(
-            BrokerNodes::parse("amqp://only/").next(),
+            BrokerNodes::parse("amqp://only/").next_node(),
             Some((0, "amqp://only/"))
         );
-        assert!(BrokerNodes::parse(" , ").next().is_none());
+        assert!(BrokerNodes::parse(" , ").next_node().is_none());
     }
 }

@@ -47,7 +47,7 @@ pub fn spawn(store: Store, settings: PublisherSettings) -> JoinHandle<()> {
         let mut nodes = checkout_shared::broker::BrokerNodes::parse(&settings.url);
         loop {
             let started = std::time::Instant::now();
-            let Some((node, url)) = nodes.next() else {
+            let Some((node, url)) = nodes.next_node() else {
                 tracing::error!("CHECKOUT_AMQP_URL names no broker node; not publishing");
                 return;
             };
