@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use checkout_testkit::patroni::HaCluster;
 use checkout_testkit::postgres::{Cluster, Replication};
+use checkout_testkit::rabbitmq::BrokerCluster;
+use checkout_testkit::receipts::{Consumer, mismatches_with_the_books};
 use checkout_testkit::receiver::Receiver;
 use checkout_testkit::{Answer, Api, Server, TestDb, add_shop_with, new_key, session_request};
 use rand::Rng;
@@ -76,6 +78,8 @@ pub struct FailoverReport {
     pub events_undelivered: i64,
     /// Events the shop received for a payment or refund the promotion then lost.
     pub events_of_lost_changes: u64,
+    /// Fiscal receipts issued by the consumers (when the campaign has a broker).
+    pub receipts: Option<usize>,
     pub verify_holds: bool,
     pub verify_took: Duration,
     pub violations: Vec<String>,
@@ -122,7 +126,10 @@ impl FailoverReport {
             if self.verify_holds { "holds" } else { "BROKEN" },
             self.verify_took.as_secs_f64(),
             self.violations.len(),
-        )
+        ) + &self
+            .receipts
+            .map(|n| format!("; {n} receipts, matching the books"))
+            .unwrap_or_default()
     }
 }
 
@@ -273,12 +280,17 @@ async fn backoff() {
 }
 
 fn start_server(binary: &str, db: &TestDb) -> impl std::future::Future<Output = Server> {
-    start_server_at(binary, db, None)
+    start_server_at(binary, db, None, None)
 }
 
 /// A checkout instance for the campaigns, on `port` if given (behind HAProxy, where it must
 /// come back on the same one).
-async fn start_server_at(binary: &str, db: &TestDb, port: Option<u16>) -> Server {
+async fn start_server_at(
+    binary: &str,
+    db: &TestDb,
+    port: Option<u16>,
+    amqp_url: Option<&str>,
+) -> Server {
     let addr = port.map(|port| format!("127.0.0.1:{port}"));
     let mut env = vec![
         ("RUST_LOG", "warn,checkout_backend=info"),
@@ -292,6 +304,9 @@ async fn start_server_at(binary: &str, db: &TestDb, port: Option<u16>) -> Server
     ];
     if let Some(addr) = &addr {
         env.push(("CHECKOUT_ADDR", addr));
+    }
+    if let Some(url) = amqp_url {
+        env.push(("CHECKOUT_AMQP_URL", url));
     }
     Server::start_with(binary, db, &env).await
 }
@@ -683,12 +698,15 @@ pub enum Fault {
     CheckoutInstance,
     /// HAProxy SIGKILLed and started again: every connection through it is cut.
     HaproxyRestart,
+    /// SIGKILL to a RabbitMQ node (of three), started again: the quorum queue lives on.
+    BrokerNode,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 4] = [
+    pub const ALL: [Fault; 5] = [
         Fault::LeaderPostgres,
         Fault::EtcdMember,
+        Fault::BrokerNode,
         Fault::CheckoutInstance,
         Fault::HaproxyRestart,
     ];
@@ -699,6 +717,7 @@ impl Fault {
             Fault::EtcdMember => "an etcd member killed",
             Fault::CheckoutInstance => "a checkout instance killed",
             Fault::HaproxyRestart => "HAProxy restarted",
+            Fault::BrokerNode => "a RabbitMQ node killed",
         }
     }
 }
@@ -714,13 +733,27 @@ pub struct HaPlan {
 
 /// The campaign on the engines an operator deploys: Patroni (three PostgreSQL nodes,
 /// synchronous mode) over three etcd members, HAProxy in front of both the database and two
-/// checkout instances. The load goes through HAProxy; the faults strike in turn.
-pub async fn run_ha(plan: &HaPlan, server_bin: &str) -> FailoverReport {
+/// checkout instances, a three-node RabbitMQ cluster and two `receipts` consumers. The load
+/// goes through HAProxy; the faults strike in turn. Afterwards, besides the failover
+/// campaign's checks, the receipts must match the books.
+pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> FailoverReport {
+    let broker = Arc::new(
+        tokio::task::spawn_blocking(|| BrokerCluster::start(3))
+            .await
+            .unwrap(),
+    );
+    let amqp = broker.urls();
+    let receipts_db = TestDb::new(checkout_testkit::Backend::Sqlite).await;
+    let consumer_env = [("RECEIPTS_PREFETCH", "50")];
+    let consumers = [
+        Consumer::start(receipts_bin, &amqp, &receipts_db.url, &consumer_env).await,
+        Consumer::start(receipts_bin, &amqp, &receipts_db.url, &consumer_env).await,
+    ];
     let cluster = Arc::new(HaCluster::start_with_web(2).await);
     let db = TestDb::at(cluster.create_database().await);
     let mut servers = Vec::new();
     for port in &cluster.web_ports {
-        servers.push(start_server_at(server_bin, &db, Some(*port)).await);
+        servers.push(start_server_at(server_bin, &db, Some(*port), Some(&amqp)).await);
     }
     let front = format!("http://127.0.0.1:{}", cluster.web_port);
     // HAProxy has seen the instances up.
@@ -763,6 +796,7 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str) -> FailoverReport {
     let chaos = {
         let (plan, failing_over, cluster) = (plan.clone(), failing_over.clone(), cluster.clone());
         let (server_bin, db_url) = (server_bin.to_owned(), db.url.clone());
+        let (broker, amqp) = (broker.clone(), amqp.clone());
         tokio::spawn(async move {
             let db = TestDb::at(db_url);
             let mut struck = Vec::new();
@@ -794,8 +828,21 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str) -> FailoverReport {
                         let at = Instant::now();
                         tokio::time::sleep(plan.load_before).await;
                         let port = cluster.web_ports[instance];
-                        servers[instance] = start_server_at(&server_bin, &db, Some(port)).await;
+                        servers[instance] =
+                            start_server_at(&server_bin, &db, Some(port), Some(&amqp)).await;
                         at
+                    }
+                    Fault::BrokerNode => {
+                        let node = round % broker.nodes.len();
+                        let broker = broker.clone();
+                        tokio::task::spawn_blocking(move || {
+                            broker.nodes[node].kill();
+                            let at = Instant::now();
+                            broker.nodes[node].start_again();
+                            at
+                        })
+                        .await
+                        .unwrap()
                     }
                     Fault::HaproxyRestart => {
                         cluster.kill_haproxy();
@@ -839,7 +886,7 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str) -> FailoverReport {
         client.await.unwrap();
     }
     let (faults, servers) = chaos.await.unwrap();
-    let report = settle(Settling {
+    let mut report = settle(Settling {
         label: "patroni".into(),
         synchronous: true,
         load: &load,
@@ -849,6 +896,27 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str) -> FailoverReport {
         receiver: &receiver,
     })
     .await;
+    // One receipt per payment and refund the books hold, within two minutes.
+    let expected = (db.scalar("SELECT COUNT(*) FROM payments").await
+        + db.scalar("SELECT COUNT(*) FROM refunds").await) as usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while consumers[0].count().await < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed = consumers[0].listed().await;
+    report.receipts = listed["receipts"].as_array().map(Vec::len);
+    report
+        .violations
+        .extend(mismatches_with_the_books(&db, &listed).await);
+    let dead: usize = consumers
+        .iter()
+        .map(|c| c.log().matches("message dead-lettered").count())
+        .sum();
+    if dead > 0 {
+        report
+            .violations
+            .push(format!("{dead} messages dead-lettered"));
+    }
     drop(servers);
     report
 }

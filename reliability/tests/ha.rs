@@ -1,15 +1,18 @@
 //! The campaign on the engines an operator deploys beyond one machine, bounded: Patroni (three
 //! PostgreSQL nodes, synchronous mode) over three etcd members, HAProxy in front of the database
-//! and of two checkout instances, all from Debian's packages. Under load, one fault of each
-//! kind in turn: the leader's PostgreSQL SIGKILLed, an etcd member SIGKILLed, a checkout
+//! and of two checkout instances, a three-node RabbitMQ cluster and two `receipts` consumers,
+//! all from Debian's packages. Under load, one fault of each kind in turn: the leader's
+//! PostgreSQL SIGKILLed, an etcd member SIGKILLed, a RabbitMQ node SIGKILLed, a checkout
 //! instance SIGKILLed, HAProxy restarted. Nothing acknowledged is lost, nothing is charged
-//! twice, every answer is right or a `503` with `Retry-After`, and the books hold.
+//! twice, every answer is right or a `503` with `Retry-After`, the books hold and every
+//! payment and refund has exactly one receipt.
 
 use std::time::Duration;
 
 use checkout_reliability::failover::{Fault, HaPlan, run_ha};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
+const RECEIPTS: &str = env!("CARGO_BIN_EXE_receipts-chaos");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_patroni_etcd_and_haproxy_no_fault_loses_or_doubles_a_payment() {
@@ -19,7 +22,7 @@ async fn on_patroni_etcd_and_haproxy_no_fault_loses_or_doubles_a_payment() {
         clients: 8,
         load_before: Duration::from_secs(2),
     };
-    let report = run_ha(&plan, SERVER).await;
+    let report = run_ha(&plan, SERVER, RECEIPTS).await;
     eprintln!("{}", report.summary());
     for (fault, outage) in &report.outages_by_fault {
         eprintln!("  {fault}: first payment after it answered in {outage:.2?}");
@@ -48,5 +51,10 @@ async fn on_patroni_etcd_and_haproxy_no_fault_loses_or_doubles_a_payment() {
         "the checkout recovered by itself"
     );
     assert!(report.verify_holds);
+    let receipts = report.receipts.expect("receipts were listed");
+    assert!(
+        receipts as u64 >= report.payments_acknowledged,
+        "{receipts} receipts"
+    );
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
 }
