@@ -142,15 +142,16 @@ impl HaCluster {
             .unwrap()
             .keep();
         // Everything in it is the cluster's: killed, then removed, once the tests are gone.
-        // (`[c]heckout-ha-…` matches the processes' command lines, not the watcher's own.)
+        // The watcher's own command line must not match: it names the directory in two
+        // halves (`c` + `heckout-ha-…`), and `[c]heckout-ha-…` matches only whole names.
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let parent = dir.parent().unwrap().display().to_string();
         run_after_tests_exit(
             "the HA cluster's",
             &format!(
-                "pkill -KILL -f '[{}]{}'; sleep 1; rm -rf {}",
-                &name[..1],
-                &name[1..],
-                dir.display()
+                "n='{rest}'; pkill -KILL -f \"[{first}]$n\"; sleep 1; rm -rf \"{parent}/{first}$n\"",
+                first = &name[..1],
+                rest = &name[1..],
             ),
         );
         let etcd: Vec<EtcdMember> = (0..3)
@@ -310,6 +311,11 @@ impl HaCluster {
             }
             Err(_) => false,
         }
+    }
+
+    /// Where its configuration files (Patroni's `pgN.yml`, `haproxy.cfg`), data and logs are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub fn url(&self, database: &str) -> String {
