@@ -39,6 +39,10 @@ fn pg_bin() -> String {
     program("CHECKOUT_PG_BIN", "/usr/lib/postgresql/15/bin")
 }
 
+/// Attempts at a password or a code per client address and minute, at HAProxy, over every
+/// checkout instance behind it (the checkout's own default per instance).
+pub const EDGE_GUESSES_PER_MINUTE: u32 = 30;
+
 /// How long the whole cluster may take to come up, or to settle after a fault.
 const SETTLE_WITHIN: Duration = Duration::from_secs(90);
 
@@ -586,6 +590,21 @@ postgresql:
             ),
         )
         .unwrap();
+        // The abuse limits at the edge, for every instance at once: each instance counts only
+        // what reaches it, so alone they would let a client try the limit times the instances.
+        // Attempts at a password or a code, per client address, as the checkout answers them.
+        let limited = format!(
+            "    stick-table type ip size 100k expire 2m store http_req_rate(60s)\n    \
+             acl guess method POST\n    \
+             acl guess_path path /api/shoppers /api/shoppers/confirm /api/shoppers/recovery \
+             /api/shoppers/recovery/confirm /api/shoppers/sign-in /api/shoppers/passkeys/sign-in\n    \
+             http-request track-sc0 src if guess guess_path\n    \
+             http-request return status 429 content-type application/problem+json \
+             hdr Retry-After 60 hdr Cache-Control no-store string '{{\"type\":\
+             \"urn:problem:checkout:too_many_requests\",\"title\":\"Too many attempts\",\
+             \"status\":429,\"detail\":\"too many attempts from this address; try again in 60 s\",\
+             \"code\":\"too_many_requests\"}}' if guess guess_path {{ sc_http_req_rate(0) gt {EDGE_GUESSES_PER_MINUTE} }}\n"
+        );
         let config = if web.is_empty() {
             config
         } else {
@@ -593,8 +612,8 @@ postgresql:
                 "{config}listen checkout\n    bind 127.0.0.1:{port}\n    mode http\n    \
                  balance roundrobin\n    retries 3\n    option redispatch 1\n    \
                  timeout client 60s\n    timeout server 60s\n    \
-                 errorfile 502 {file}\n    errorfile 503 {file}\n    errorfile 504 {file}\n    \
-                 default-server inter 300ms fall 1 rise 1\n{web}",
+                 errorfile 502 {file}\n    errorfile 503 {file}\n    errorfile 504 {file}\n\
+                 {limited}    default-server inter 300ms fall 1 rise 1\n{web}",
                 port = self.web_port,
                 file = unanswered.display(),
             )

@@ -25,9 +25,7 @@ fn start(program: &str, env: &[(&str, String)], port: u16, log: &std::path::Path
         .stdin(Stdio::null())
         .stdout(file.try_clone().unwrap())
         .stderr(file);
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("{program}: {e}"));
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -111,11 +109,12 @@ async fn main() {
             node.name, node.pg_port, node.rest_port
         );
     }
-    println!("RabbitMQ (3 nodes, quorum queues): {}", amqp.replace(",", " "));
+    println!(
+        "RabbitMQ (3 nodes, quorum queues): {}",
+        amqp.replace(",", " ")
+    );
     for port in &receipts_ports {
-        println!(
-            "receipts: http://127.0.0.1:{port}/receipts  (Authorization: Bearer {token})"
-        );
+        println!("receipts: http://127.0.0.1:{port}/receipts  (Authorization: Bearer {token})");
     }
     println!(
         "configuration (Patroni pgN.yml, haproxy.cfg) and the databases' logs: {}",
