@@ -222,9 +222,46 @@ impl Load {
         answer
     }
 
+    /// A new test shopper (its test money full), if the checkout gives one now.
+    async fn new_shopper(&self) -> Option<String> {
+        let answer = self
+            .http
+            .post(format!("{}/api/test/shoppers", self.servers[0]))
+            .send()
+            .await
+            .ok()?;
+        if !answer.status().is_success() {
+            return None;
+        }
+        let body: Value = answer.json().await.ok()?;
+        Some(body["token"].as_str()?.to_owned())
+    }
+
+    /// One client's orders until told to stop: a new shopper whenever the last one's test
+    /// money ran out (so that a long campaign moves money to the end, not only declines).
+    async fn orders(
+        &self,
+        mut shopper: String,
+        budget: u64,
+        sent: &AtomicU64,
+        going: &AtomicBool,
+        duplicates: &AtomicU64,
+    ) {
+        let mut n = 0;
+        while going.load(Ordering::SeqCst) || sent.load(Ordering::SeqCst) < budget {
+            n += 1;
+            if self.order(&shopper, n, duplicates).await
+                && let Some(fresh) = self.new_shopper().await
+            {
+                shopper = fresh;
+            }
+            sent.fetch_add(2, Ordering::SeqCst);
+        }
+    }
+
     /// One shopper's order: the shop makes a session, the shopper pays it (now and then two
-    /// copies at once), the shop refunds part of some.
-    async fn order(&self, shopper: &str, n: u64, duplicates: &AtomicU64) {
+    /// copies at once), the shop refunds part of some. `true`: the shopper's money ran out.
+    async fn order(&self, shopper: &str, n: u64, duplicates: &AtomicU64) -> bool {
         let amount = 500 + (n % 7) as i64 * 100;
         let session = Request {
             kind: Kind::Session,
@@ -233,10 +270,12 @@ impl Load {
             body: session_request(&format!("F-{}", new_key()), amount),
         };
         let Some(answer) = self.send(&new_key(), &session).await else {
-            return backoff().await;
+            backoff().await;
+            return false;
         };
         if answer.status != StatusCode::CREATED {
-            return backoff().await;
+            backoff().await;
+            return false;
         }
         let session_id = answer.json()["session_id"].as_str().unwrap().to_owned();
         let payment = Request {
@@ -269,6 +308,10 @@ impl Load {
             };
             self.send(&new_key(), &refund).await;
         }
+        answers
+            .iter()
+            .flatten()
+            .any(|a| a.status == StatusCode::PAYMENT_REQUIRED)
     }
 }
 
@@ -428,12 +471,8 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
             );
             let budget = plan.requests;
             tokio::spawn(async move {
-                let mut n = 0;
-                while failing_over.load(Ordering::SeqCst) || sent.load(Ordering::SeqCst) < budget {
-                    n += 1;
-                    load.order(&shopper, n, &duplicates).await;
-                    sent.fetch_add(2, Ordering::SeqCst);
-                }
+                load.orders(shopper, budget, &sent, &failing_over, &duplicates)
+                    .await
             })
         })
         .collect();
@@ -873,12 +912,8 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
             );
             let budget = plan.requests;
             tokio::spawn(async move {
-                let mut n = 0;
-                while failing_over.load(Ordering::SeqCst) || sent.load(Ordering::SeqCst) < budget {
-                    n += 1;
-                    load.order(&shopper, n, &duplicates).await;
-                    sent.fetch_add(2, Ordering::SeqCst);
-                }
+                load.orders(shopper, budget, &sent, &failing_over, &duplicates)
+                    .await
             })
         })
         .collect();

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
-use checkout_reliability::failover::{self, FailoverPlan, FailoverReport};
+use checkout_reliability::failover::{self, FailoverPlan, FailoverReport, Fault, HaPlan};
 use checkout_reliability::receipts::{self, ReceiptsPlan, ReceiptsReport};
 use checkout_reliability::{Plan, Report, run};
 use checkout_testkit::Backend;
@@ -41,6 +41,13 @@ struct Args {
     /// Only the receipts campaigns.
     #[arg(long)]
     only_receipts: bool,
+    /// Rounds of the campaign on Patroni, etcd, HAProxy and a RabbitMQ cluster (each round:
+    /// one fault of each kind, in turn).
+    #[arg(long, default_value_t = 3)]
+    ha_rounds: u32,
+    /// Only the campaign on Patroni, etcd, HAProxy and a RabbitMQ cluster.
+    #[arg(long)]
+    only_ha: bool,
     /// The table of `checkout-bench --verify-cost`, included as it is.
     #[arg(long, default_value = "bench/verify-cost.md")]
     verify_cost: String,
@@ -61,7 +68,8 @@ async fn main() -> std::process::ExitCode {
     let receipts_bin = std::env::current_exe()
         .unwrap()
         .with_file_name("receipts-chaos");
-    let campaigns: &[(Backend, usize)] = if args.only_failover || args.only_receipts {
+    let only = args.only_failover || args.only_receipts || args.only_ha;
+    let campaigns: &[(Backend, usize)] = if only {
         &[]
     } else {
         &[(Backend::Postgres, 2), (Backend::Sqlite, 1)]
@@ -97,7 +105,7 @@ async fn main() -> std::process::ExitCode {
         reports.push((report, started.elapsed()));
     }
     let mut failovers = Vec::new();
-    let replications: &[Replication] = if args.only_receipts {
+    let replications: &[Replication] = if args.only_receipts || args.only_ha {
         &[]
     } else {
         &[Replication::Synchronous, Replication::Asynchronous]
@@ -125,7 +133,7 @@ async fn main() -> std::process::ExitCode {
         failovers.push((report, started.elapsed()));
     }
     let mut receipt_reports = Vec::new();
-    let receipt_backends: &[Backend] = if args.only_failover {
+    let receipt_backends: &[Backend] = if args.only_failover || args.only_ha {
         &[]
     } else {
         &[Backend::Postgres, Backend::Sqlite]
@@ -156,24 +164,55 @@ async fn main() -> std::process::ExitCode {
         }
         receipt_reports.push((report, started.elapsed()));
     }
-    let verify_cost = std::fs::read_to_string(&args.verify_cost).ok();
-    let mut md = if args.only_receipts {
-        // Only the receipts' section is new: the rest of the file stays as the last full run
-        // wrote it.
-        let kept = std::fs::read_to_string(&args.out).unwrap_or_default();
-        match kept.find(RECEIPTS_HEADING) {
-            Some(at) => kept[..at].trim_end().to_owned() + "\n",
-            None => kept,
+    let mut ha_reports = Vec::new();
+    if !(args.only_failover || args.only_receipts) && args.ha_rounds > 0 {
+        let plan = HaPlan {
+            faults: (0..args.ha_rounds).flat_map(|_| Fault::ALL).collect(),
+            requests: args.failover_requests,
+            clients: args.clients.min(8),
+            load_before: Duration::from_secs(3),
+        };
+        let started = Instant::now();
+        let report = failover::run_ha(
+            &plan,
+            server_bin.to_str().unwrap(),
+            receipts_bin.to_str().unwrap(),
+        )
+        .await;
+        println!(
+            "{}  ({:.0} s)",
+            report.summary(),
+            started.elapsed().as_secs_f64()
+        );
+        for violation in &report.violations {
+            println!("  VIOLATION: {violation}");
         }
+        ha_reports.push((report, started.elapsed()));
+    }
+    let verify_cost = std::fs::read_to_string(&args.verify_cost).ok();
+    // A partial run replaces only its own sections: the rest of the file stays as the last
+    // full run wrote it.
+    let mut md = if only {
+        std::fs::read_to_string(&args.out).unwrap_or_default()
     } else {
         markdown(&args, &reports, &failovers, verify_cost.as_deref())
     };
-    receipts_markdown(&mut md, &args, &receipt_reports);
+    if !receipt_reports.is_empty() {
+        md = replace_section(
+            &md,
+            RECEIPTS_HEADING,
+            &receipts_markdown(&args, &receipt_reports),
+        );
+    }
+    if !ha_reports.is_empty() {
+        md = replace_section(&md, HA_HEADING, &ha_markdown(&ha_reports));
+    }
     std::fs::write(&args.out, md).unwrap();
     println!("wrote {}", args.out);
     if reports.iter().all(|(r, _)| r.violations.is_empty())
         && failovers.iter().all(|(r, _)| r.violations.is_empty())
         && receipt_reports.iter().all(|(r, _)| r.violations.is_empty())
+        && ha_reports.iter().all(|(r, _)| r.violations.is_empty())
     {
         std::process::ExitCode::SUCCESS
     } else {
@@ -299,10 +338,87 @@ fn campaign_markdown(md: &mut String, args: &Args, reports: &[(Report, Duration)
 const RECEIPTS_HEADING: &str =
     "## Fiscal receipts through RabbitMQ: consumers killed, the broker restarted";
 
-fn receipts_markdown(md: &mut String, args: &Args, reports: &[(ReceiptsReport, Duration)]) {
-    if reports.is_empty() {
-        return;
+/// `text` with the section under `heading` (up to the next `## ` heading) replaced by
+/// `section`, or `section` appended if there was none.
+fn replace_section(text: &str, heading: &str, section: &str) -> String {
+    let Some(start) = text.find(heading) else {
+        return text.trim_end().to_owned() + "\n\n" + section.trim_start();
+    };
+    let after = start + heading.len();
+    let end = text[after..]
+        .find("\n## ")
+        .map_or(text.len(), |at| after + at + 1);
+    text[..start].to_owned() + section.trim_start() + "\n" + &text[end..]
+}
+
+const HA_HEADING: &str = "## Beyond one machine: Patroni, etcd, HAProxy, a RabbitMQ cluster";
+
+fn ha_markdown(reports: &[(FailoverReport, Duration)]) -> String {
+    let mut md = String::new();
+    writeln!(md, "{HA_HEADING}\n").unwrap();
+    writeln!(md, "Written by `scripts/campaign` (`--only-ha` for this section alone). The deployment of `scripts/cluster`, from Debian's packages: three etcd members, three PostgreSQL 15 nodes under Patroni 3.0.2 (`synchronous_mode`, `master_start_timeout: 0`, `pg_rewind`), HAProxy 2.6 in front of the database (Patroni's `GET /primary`) and of two checkout instances, a three-node RabbitMQ 3.10.8 cluster with two `receipts` consumers. Clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load one fault strikes, in turn: the Patroni leader's PostgreSQL SIGKILLed (the synchronous standby is promoted; the next fault waits until the old leader is back as a replica), an etcd member SIGKILLed (restarted 3 s later), a RabbitMQ node SIGKILLed (and started again), a checkout instance SIGKILLed (restarted 3 s later on its port), HAProxy SIGKILLed and started again. Afterwards every request without a definite answer is resent with its key, every event is left to be delivered, `verify` runs, and the receipts are compared with the books. No forwarder of ours: every address is HAProxy's. A bounded version (one fault of each kind) runs in `scripts/test` (`reliability/tests/ha.rs`).\n").unwrap();
+    writeln!(md, "| faults | requests | acknowledged payments / refunds | acknowledged and lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | events (undelivered) | receipts match the books | verify | violations | time |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    for (r, took) in reports {
+        writeln!(
+            md,
+            "| {} | {} | {} / {} | **{}** | **{}** | **{}** | {} ({}) | {} / {} | {} ({}) | {} | {} | **{}** | {:.0} s |",
+            r.failovers,
+            r.requests,
+            r.payments_acknowledged,
+            r.refunds_acknowledged,
+            r.acknowledged_lost + r.sessions_lost + r.refusals_lost,
+            r.double_charges,
+            r.other_5xx,
+            r.unavailable_503,
+            if r.without_retry_after == 0 { "yes" } else { "NO" },
+            r.resolved_by_replay,
+            r.resolved_by_first_execution,
+            r.events,
+            r.events_undelivered,
+            match r.receipts {
+                Some(n) if r.violations.is_empty() => format!("yes ({n})"),
+                Some(n) => format!("see violations ({n})"),
+                None => "—".into(),
+            },
+            if r.verify_holds { "holds" } else { "BROKEN" },
+            r.violations.len(),
+            took.as_secs_f64()
+        )
+        .unwrap();
     }
+    writeln!(md, "\nUnavailability per fault: from the blow (the process surely dead) to the first `2xx` for a request sent after it.\n").unwrap();
+    writeln!(md, "| fault | times | median | max |").unwrap();
+    writeln!(md, "|---|---|---|---|").unwrap();
+    for fault in Fault::ALL {
+        let mut secs: Vec<f64> = reports
+            .iter()
+            .flat_map(|(r, _)| r.outages_by_fault.iter())
+            .filter(|(name, _)| name == fault.name())
+            .map(|(_, d)| d.as_secs_f64())
+            .collect();
+        secs.sort_by(f64::total_cmp);
+        if let (Some(max), n) = (secs.last(), secs.len()) {
+            writeln!(
+                md,
+                "| {} | {n} | {:.2} s | {max:.2} s |",
+                fault.name(),
+                secs[n / 2]
+            )
+            .unwrap();
+        }
+    }
+    for (r, _) in reports {
+        for v in &r.violations {
+            writeln!(md, "- VIOLATION: {v}").unwrap();
+        }
+    }
+    md
+}
+
+fn receipts_markdown(args: &Args, reports: &[(ReceiptsReport, Duration)]) -> String {
+    let mut md = String::new();
+    let md = &mut md;
     writeln!(md, "\n{RECEIPTS_HEADING}\n").unwrap();
     writeln!(md, "Each run: the checkout publishes its outbox to a real RabbitMQ node (Debian's 3.10.8); two `receipts` consumers share the quorum queue (prefetch 50), their receipts and inbox in one database of the checkout's kind. 8 clients pay sessions and refund a part of every fourth payment for {} s. Every 1.5 s one consumer is SIGKILLed (with the messages it holds: some committed and not yet acknowledged, since each ack follows its commit by 20 ms) and started again; every fifth time the broker is restarted instead (`rabbitmqctl stop`, then started on its data). Afterwards the campaign waits for the receipts and checks: exactly one «приход» per payment and one «возврат прихода» per refund, each of its amount, none without its payment or refund, their net sum equal to the payments minus the refunds; nothing dead-lettered; every event published and confirmed; the checkout's books (`verify`). \"redelivered\": deliveries the broker flagged so; \"duplicates absorbed\": messages whose receipt the inbox already held (a lost ack, a killed holder, a publisher's second copy): nothing changed. Counted from the consumers' logs, since a killed consumer's counters die with it. A bounded version (8 s, one broker restart) runs in `scripts/test` (`reliability/tests/receipts.rs`).\n", args.receipts_seconds).unwrap();
     writeln!(md, "| database | requests | payments | refunds | consumer kills | broker restarts | receipts | receipts == payments + refunds | redelivered | duplicates absorbed | dead-lettered | drained after the load | violations | time |").unwrap();
@@ -342,4 +458,5 @@ fn receipts_markdown(md: &mut String, args: &Args, reports: &[(ReceiptsReport, D
             writeln!(md, "- VIOLATION ({}): {v}", r.backend).unwrap();
         }
     }
+    std::mem::take(md)
 }
