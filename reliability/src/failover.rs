@@ -315,6 +315,37 @@ impl Load {
     }
 }
 
+/// The clients, one per shopper, ordering until the faults are over and `budget` requests are
+/// sent: the copies sent twice at once.
+async fn drive(
+    load: &Arc<Load>,
+    shoppers: Vec<String>,
+    budget: u64,
+    going: &Arc<AtomicBool>,
+) -> u64 {
+    let sent = Arc::new(AtomicU64::new(0));
+    let duplicates = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = shoppers
+        .into_iter()
+        .map(|shopper| {
+            let (load, sent, duplicates, going) = (
+                load.clone(),
+                sent.clone(),
+                duplicates.clone(),
+                going.clone(),
+            );
+            tokio::spawn(async move {
+                load.orders(shopper, budget, &sent, &going, &duplicates)
+                    .await
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    duplicates.load(Ordering::SeqCst)
+}
+
 /// A client's pause after `503` or no answer, before its next order (the unanswered key is
 /// resent at the end). Shorter than the `Retry-After: 1` the checkout sends, so that the
 /// unavailability is measured to a tenth of a second.
@@ -458,33 +489,13 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
         })
     };
 
-    let sent = Arc::new(AtomicU64::new(0));
-    let duplicates = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = shoppers
-        .into_iter()
-        .map(|shopper| {
-            let (load, sent, duplicates, failing_over) = (
-                load.clone(),
-                sent.clone(),
-                duplicates.clone(),
-                failing_over.clone(),
-            );
-            let budget = plan.requests;
-            tokio::spawn(async move {
-                load.orders(shopper, budget, &sent, &failing_over, &duplicates)
-                    .await
-            })
-        })
-        .collect();
-    for client in clients {
-        client.await.unwrap();
-    }
+    let duplicates = drive(&load, shoppers, plan.requests, &failing_over).await;
     let (failovers, primary, _address) = chaos.await.unwrap();
     let report = settle(Settling {
         label: format!("{replication:?}").to_lowercase(),
         synchronous: replication == Replication::Synchronous,
         load: &load,
-        duplicates: duplicates.load(Ordering::SeqCst),
+        duplicates,
         faults: failovers
             .into_iter()
             .map(|at| ("primary lost", at))
@@ -899,33 +910,13 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
         })
     };
 
-    let sent = Arc::new(AtomicU64::new(0));
-    let duplicates = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = shoppers
-        .into_iter()
-        .map(|shopper| {
-            let (load, sent, duplicates, failing_over) = (
-                load.clone(),
-                sent.clone(),
-                duplicates.clone(),
-                failing_over.clone(),
-            );
-            let budget = plan.requests;
-            tokio::spawn(async move {
-                load.orders(shopper, budget, &sent, &failing_over, &duplicates)
-                    .await
-            })
-        })
-        .collect();
-    for client in clients {
-        client.await.unwrap();
-    }
+    let duplicates = drive(&load, shoppers, plan.requests, &failing_over).await;
     let (faults, servers) = chaos.await.unwrap();
     let mut report = settle(Settling {
         label: "patroni".into(),
         synchronous: true,
         load: &load,
-        duplicates: duplicates.load(Ordering::SeqCst),
+        duplicates,
         faults,
         db: &db,
         receiver: &receiver,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::postgres::{free_port, is_root, run_after_tests_exit};
+use crate::postgres::{is_root, run_after_tests_exit, stable_port};
 
 /// The programs: where Debian keeps them, unless the installer's settings say otherwise.
 fn program(setting: &str, debian: &str) -> String {
@@ -161,25 +161,25 @@ impl HaCluster {
         let etcd: Vec<EtcdMember> = (0..3)
             .map(|i| EtcdMember {
                 name: format!("etcd{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
+                client_port: stable_port(),
+                peer_port: stable_port(),
                 process: Mutex::new(None),
             })
             .collect();
         let nodes: Vec<PgNode> = (0..3)
             .map(|i| PgNode {
                 name: format!("pg{i}"),
-                pg_port: free_port(),
-                rest_port: free_port(),
+                pg_port: stable_port(),
+                rest_port: stable_port(),
                 data: dir.join(format!("pg{i}")),
                 config: dir.join(format!("pg{i}.yml")),
                 process: Mutex::new(None),
             })
             .collect();
         let cluster = HaCluster {
-            port: free_port(),
-            web_port: free_port(),
-            web_ports: (0..instances).map(|_| free_port()).collect(),
+            port: stable_port(),
+            web_port: stable_port(),
+            web_ports: (0..instances).map(|_| stable_port()).collect(),
             dir,
             etcd,
             nodes,

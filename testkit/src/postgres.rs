@@ -87,6 +87,24 @@ pub(crate) fn run_after_tests_exit(whose: &str, script: &str) {
     std::mem::forget(watcher);
 }
 
+/// A free port below the kernel's ephemeral range, for a listener that must come back on the
+/// same port after a kill: a port of the ephemeral range may meanwhile be taken as the local end
+/// of some outgoing connection (a load that opens a connection per request churns through
+/// them), and the listener could not bind it again.
+pub fn stable_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let span = u32::from(low.saturating_sub(10_000).max(1));
+    loop {
+        let port = 10_000 + (uuid::Uuid::new_v4().as_u128() % u128::from(span)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::postgres::{free_port, run_after_tests_exit};
+use crate::postgres::{free_port, run_after_tests_exit, stable_port};
 
 /// Erlang's flags for schedulers that sleep when there is no work (RabbitMQ's advice for
 /// hosts shared with other busy processes).
@@ -56,14 +56,15 @@ impl Broker {
     /// A node in `dir`, its cookie in `home`, registered with the epmd on `epmd_port`.
     fn new(dir: PathBuf, home: PathBuf, epmd_port: u16) -> Broker {
         std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
-        let port = free_port();
+        // Ports it comes back on after a kill: outside the ephemeral range.
+        let port = stable_port();
         Broker {
             port,
             node: format!("checkout{port}@localhost"),
             dir,
             home,
             epmd_port,
-            dist_port: free_port(),
+            dist_port: stable_port(),
             process: Mutex::new(None),
         }
     }
