@@ -178,6 +178,20 @@ struct Load {
 }
 
 impl Load {
+    /// The load on `servers` (chosen at random per request), the shop acting with `shop_key`;
+    /// a new connection per request, so that none outlives a fault unseen.
+    fn new(servers: Vec<String>, shop_key: String) -> Arc<Load> {
+        Arc::new(Load {
+            servers,
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
+            shop_key,
+            book: Mutex::default(),
+        })
+    }
+
     /// Sends `key`'s request to one of the servers; the answer, if one came.
     async fn send(&self, key: &str, request: &Request) -> Option<Answer> {
         let server = rand::rng().random_range(0..self.servers.len());
@@ -434,15 +448,10 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
     for _ in 0..plan.clients {
         shoppers.push(servers[0].api().shopper_token().await);
     }
-    let load = Arc::new(Load {
-        servers: servers.iter().map(|s| s.base.clone()).collect(),
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap(),
-        shop_key: shop.api.token.clone().unwrap(),
-        book: Mutex::default(),
-    });
+    let load = Load::new(
+        servers.iter().map(|s| s.base.clone()).collect(),
+        shop.api.token.clone().unwrap(),
+    );
 
     // The failovers, while the clients go on.
     let failing_over = Arc::new(AtomicBool::new(true));
@@ -832,15 +841,7 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
     for _ in 0..plan.clients {
         shoppers.push(Api::new(&front).shopper_token().await);
     }
-    let load = Arc::new(Load {
-        servers: vec![front],
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap(),
-        shop_key: shop.api.token.clone().unwrap(),
-        book: Mutex::default(),
-    });
+    let load = Load::new(vec![front], shop.api.token.clone().unwrap());
 
     let failing_over = Arc::new(AtomicBool::new(true));
     let chaos = {

@@ -94,14 +94,7 @@ async fn main() -> std::process::ExitCode {
             shop_bin.to_str().unwrap(),
         )
         .await;
-        println!(
-            "{}  ({:.0} s)",
-            report.summary(),
-            started.elapsed().as_secs_f64()
-        );
-        for violation in &report.violations {
-            println!("  VIOLATION: {violation}");
-        }
+        told(&report.summary(), &report.violations, started.elapsed());
         reports.push((report, started.elapsed()));
     }
     let mut failovers = Vec::new();
@@ -122,14 +115,7 @@ async fn main() -> std::process::ExitCode {
         };
         let started = Instant::now();
         let report = failover::run(&plan, server_bin.to_str().unwrap()).await;
-        println!(
-            "{}  ({:.0} s)",
-            report.summary(),
-            started.elapsed().as_secs_f64()
-        );
-        for violation in &report.violations {
-            println!("  VIOLATION: {violation}");
-        }
+        told(&report.summary(), &report.violations, started.elapsed());
         failovers.push((report, started.elapsed()));
     }
     let mut receipt_reports = Vec::new();
@@ -154,14 +140,7 @@ async fn main() -> std::process::ExitCode {
             receipts_bin.to_str().unwrap(),
         )
         .await;
-        println!(
-            "{}  ({:.0} s)",
-            report.summary(),
-            started.elapsed().as_secs_f64()
-        );
-        for violation in &report.violations {
-            println!("  VIOLATION: {violation}");
-        }
+        told(&report.summary(), &report.violations, started.elapsed());
         receipt_reports.push((report, started.elapsed()));
     }
     let mut ha_reports = Vec::new();
@@ -179,14 +158,7 @@ async fn main() -> std::process::ExitCode {
             receipts_bin.to_str().unwrap(),
         )
         .await;
-        println!(
-            "{}  ({:.0} s)",
-            report.summary(),
-            started.elapsed().as_secs_f64()
-        );
-        for violation in &report.violations {
-            println!("  VIOLATION: {violation}");
-        }
+        told(&report.summary(), &report.violations, started.elapsed());
         ha_reports.push((report, started.elapsed()));
     }
     let verify_cost = std::fs::read_to_string(&args.verify_cost).ok();
@@ -217,6 +189,14 @@ async fn main() -> std::process::ExitCode {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
+    }
+}
+
+/// A campaign's summary line and its violations, as it ends.
+fn told(summary: &str, violations: &[String], took: Duration) {
+    println!("{summary}  ({:.0} s)", took.as_secs_f64());
+    for violation in violations {
+        println!("  VIOLATION: {violation}");
     }
 }
 

@@ -328,42 +328,12 @@ impl HaCluster {
 
     /// A new empty database, on the leader (and so on every node).
     pub async fn create_database(&self) -> String {
-        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        sqlx::any::install_default_drivers();
-        let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
-            .await
-            .expect("connect through HAProxy");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        self.url(&name)
+        crate::postgres::create_database(|database| self.url(database)).await
     }
 
     /// SIGKILL to node `i`'s postmaster and every process under it at once (Patroni lives on).
     pub fn kill_postgres(&self, i: usize) {
-        let pid_file = self.nodes[i].data.join("postmaster.pid");
-        let pid = std::fs::read_to_string(&pid_file)
-            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
-            .lines()
-            .next()
-            .unwrap()
-            .trim()
-            .to_owned();
-        // Stopped first, the postmaster forks no backend between the listing of its children
-        // and their death.
-        let status = Command::new("sh")
-            .args([
-                "-c",
-                &format!("kill -STOP {pid} && kill -KILL $(pgrep -P {pid}) {pid}"),
-            ])
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "{}'s PostgreSQL was killed",
-            self.nodes[i].name
-        );
+        crate::postgres::kill_postmaster(&self.nodes[i].data);
     }
 
     /// SIGKILL to etcd member `i`.

@@ -105,6 +105,45 @@ pub fn stable_port() -> u16 {
     }
 }
 
+/// SIGKILL to the postmaster of the cluster in `data` and every process under it at once.
+/// Stopped first, the postmaster forks no backend between the listing of its children and
+/// their death (an orphan backend would go on committing on a dead primary).
+pub(crate) fn kill_postmaster(data: &Path) {
+    let pid_file = data.join("postmaster.pid");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_owned();
+    let status = Command::new("sh")
+        .args([
+            "-c",
+            &format!("kill -STOP {pid} && kill -KILL $(pgrep -P {pid}) {pid}"),
+        ])
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the postmaster {pid} and its processes were killed"
+    );
+}
+
+/// A new empty database (`t_…`) on the server whose URL for a database `url` makes: that URL.
+pub(crate) async fn create_database(url: impl Fn(&str) -> String) -> String {
+    let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+    sqlx::any::install_default_drivers();
+    let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&url("postgres"))
+        .await
+        .expect("connect to the test cluster");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    url(&name)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -253,23 +292,7 @@ impl Cluster {
     /// The machine under the primary dies: SIGKILL to the postmaster and every process of
     /// the cluster at once. It is never started again.
     pub fn kill(&self) {
-        let pid = std::fs::read_to_string(self.data.join("postmaster.pid"))
-            .expect("the cluster runs")
-            .lines()
-            .next()
-            .unwrap()
-            .trim()
-            .to_owned();
-        // Stopped first, the postmaster forks no backend between the listing of its children
-        // and their death (an orphan backend would go on committing on a dead primary).
-        let status = Command::new("sh")
-            .args([
-                "-c",
-                &format!("kill -STOP {pid} && kill -KILL $(pgrep -P {pid}) {pid}"),
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success(), "the cluster's processes were killed");
+        kill_postmaster(&self.data);
     }
 
     /// `pg_ctl promote`: the standby becomes a primary (waits until it accepts writes).
@@ -397,15 +420,6 @@ impl Cluster {
 
     /// A new empty database for one test.
     pub async fn create_database(&self) -> String {
-        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        sqlx::any::install_default_drivers();
-        let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
-            .await
-            .expect("connect to the test cluster");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        self.url(&name)
+        create_database(|database| self.url(database)).await
     }
 }

@@ -69,7 +69,8 @@ impl Broker {
         }
     }
 
-    /// `rabbitmqctl -n <this node> args…`, which must succeed.
+    /// `rabbitmqctl -n <this node> args…`, which must succeed (else its output and the node's
+    /// log say why).
     fn ctl(&self, args: &[&str]) {
         let out = Command::new(bin_dir().join("rabbitmqctl"))
             .args(["-n", &self.node])
@@ -80,9 +81,10 @@ impl Broker {
             .expect("rabbitmqctl runs");
         assert!(
             out.status.success(),
-            "rabbitmqctl {args:?}: {}{}",
+            "rabbitmqctl {args:?}: {}{}\n{}",
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
         );
     }
 
@@ -177,18 +179,7 @@ impl Broker {
         }
         // Listening is not ready: `await_startup` returns once the broker has booted, its
         // queues recovered.
-        let ready = Command::new(bin_dir().join("rabbitmqctl"))
-            .args(["-n", &self.node, "await_startup", "--timeout", "60"])
-            .env("HOME", &self.home)
-            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
-            .output()
-            .expect("rabbitmqctl runs");
-        assert!(
-            ready.status.success(),
-            "RabbitMQ started within 60 s: {}{}",
-            String::from_utf8_lossy(&ready.stderr),
-            std::fs::read_to_string(dir.join("node.log")).unwrap_or_default()
-        );
+        self.ctl(&["await_startup", "--timeout", "60"]);
     }
 
     /// SIGKILL to the node (its data stays).
@@ -212,17 +203,7 @@ impl Broker {
     /// Stops the node as an operator would (`rabbitmqctl stop`): it closes its connections
     /// and writes what it holds; its data stays.
     pub fn stop(&self) {
-        let stopped = Command::new(bin_dir().join("rabbitmqctl"))
-            .args(["-n", &self.node, "stop"])
-            .env("HOME", &self.home)
-            .env("ERL_EPMD_PORT", self.epmd_port.to_string())
-            .output()
-            .expect("rabbitmqctl runs");
-        assert!(
-            stopped.status.success(),
-            "the node stops: {}",
-            String::from_utf8_lossy(&stopped.stderr)
-        );
+        self.ctl(&["stop"]);
         if let Some(mut process) = self.process.lock().unwrap().take() {
             let _ = process.wait();
         }
