@@ -283,6 +283,17 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub webhook_poll_ms: u64,
 
+    /// Webhooks: attempts in flight at once to any one shop, across all instances (the claim
+    /// takes turns between shops, so a shop whose endpoint hangs holds at most this many).
+    #[arg(long = "webhook-per-shop", env = "CHECKOUT_WEBHOOK_PER_SHOP", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub webhook_per_shop: u32,
+
+    /// Webhooks: attempts in flight at once per instance, to all shops.
+    #[arg(long = "webhook-in-flight", env = "CHECKOUT_WEBHOOK_IN_FLIGHT", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub webhook_in_flight: u32,
+
     /// Where `GET /metrics` (Prometheus text format) is served: an address of its own, off
     /// unless set, so that it is never public by accident.
     #[arg(long = "metrics-addr", env = "CHECKOUT_METRICS_ADDR")]
@@ -443,7 +454,8 @@ impl Config {
             first_retry: Duration::from_millis(self.webhook_first_retry_ms),
             attempts: self.webhook_attempts,
             poll: Duration::from_millis(self.webhook_poll_ms),
-            ..Default::default()
+            in_flight: self.webhook_in_flight as usize,
+            per_shop: self.webhook_per_shop as usize,
         }
     }
 

@@ -2,8 +2,11 @@
 //! leased to a delivery worker, settled by the attempt that holds the lease, listed and asked
 //! for again by their shop.
 
+use std::collections::HashMap;
+
+use super::accounts::SHOP_OF_ACCOUNT;
 use super::row::{Arg, Row, RowError, Template};
-use super::{Store, StoreError, Tx};
+use super::{ShopRow, Store, StoreError, Tx};
 
 /// The outbox's backlog, for the metrics: events not yet delivered, and the oldest one's time.
 pub const OUTBOX_BACKLOG: &str = "\
@@ -89,36 +92,77 @@ macro_rules! event_columns {
 }
 
 /// Leases up to $4 due events to this worker for $1 ms under lease $2 (their attempt counted),
-/// taking turns between shops: each shop's due events are numbered in order, and a shop gets
-/// at most $3 in flight at once (its events already leased count), so one shop whose endpoint
-/// hangs cannot hold every send slot. The innermost query ranks; the middle one locks what it
-/// picked and re-checks it as locked (skipping rows another instance holds); the outer
-/// `UPDATE` checks once more, as READ COMMITTED re-reads only its own `WHERE`.
-pub static CLAIM_DUE_EVENTS: Template = Template::new(concat!(
-    "UPDATE webhook_events SET locked_until = {now} + $1, lease_id = $2, attempts = attempts + 1 \
-      WHERE event_id IN ( \
-            SELECT ev.event_id FROM webhook_events ev \
-             WHERE ev.event_id IN ( \
-                   SELECT due.event_id FROM ( \
-                          SELECT e.event_id, e.seq, e.shop_account_id, \
-                                 ROW_NUMBER() OVER (PARTITION BY e.shop_account_id ORDER BY e.seq) AS turn \
-                            FROM webhook_events e WHERE ",
+/// taking turns between shops: each shop's first $3 due events are picked (an index walk, never
+/// the whole backlog), numbered in turn, and a shop gets at most $3 in flight at once (its
+/// events already leased count), so one shop whose endpoint hangs cannot hold every send slot.
+/// `$picks` is the per-shop pick, spelled per database. The middle query locks what was picked
+/// and re-checks it as locked (skipping rows another instance holds); the outer `UPDATE` checks
+/// once more, as READ COMMITTED re-reads only its own `WHERE`.
+macro_rules! claim_due_events {
+    ($picks:expr) => {
+        concat!(
+            "UPDATE webhook_events SET locked_until = {now} + $1, lease_id = $2, \
+                    attempts = attempts + 1 \
+              WHERE event_id IN ( \
+                    SELECT ev.event_id FROM webhook_events ev \
+                     WHERE ev.event_id IN ( \
+                           SELECT ranked.event_id FROM ( \
+                                  SELECT picks.event_id, picks.seq, \
+                                         ROW_NUMBER() OVER (PARTITION BY picks.shop_account_id \
+                                                            ORDER BY picks.next_attempt_at, picks.seq) \
+                                             AS turn, \
+                                         (SELECT COUNT(*) FROM webhook_events b \
+                                           WHERE b.shop_account_id = picks.shop_account_id \
+                                             AND b.status = 'pending' \
+                                             AND b.locked_until IS NOT NULL \
+                                             AND b.locked_until >= {now}) AS busy \
+                                    FROM (",
+            $picks,
+            ") picks) ranked \
+                            WHERE ranked.turn + ranked.busy <= $3 \
+                            ORDER BY ranked.turn, ranked.seq LIMIT $4) \
+                       AND ",
+            due_event!("ev"),
+            "{skip_locked}) \
+                AND ",
+            due_event!("webhook_events"),
+            " RETURNING ",
+            event_columns!()
+        )
+    };
+}
+
+/// Each shop's first $3 due events, in the order they fell due, by a lateral index walk.
+pub static POSTGRES_CLAIM_DUE_EVENTS: Template = Template::new(claim_due_events!(concat!(
+    "SELECT pick.event_id, pick.seq, pick.shop_account_id, pick.next_attempt_at \
+       FROM shops s \
+      CROSS JOIN LATERAL ( \
+            SELECT e.event_id, e.seq, e.shop_account_id, e.next_attempt_at \
+              FROM webhook_events e \
+             WHERE e.shop_account_id = s.account_id AND ",
     due_event!("e"),
-    ") due \
-                     LEFT JOIN (SELECT shop_account_id, COUNT(*) AS n FROM webhook_events \
-                                 WHERE status = 'pending' AND locked_until >= {now} \
-                                 GROUP BY shop_account_id) busy \
-                            ON busy.shop_account_id = due.shop_account_id \
-                    WHERE due.turn + COALESCE(busy.n, 0) <= $3 \
-                    ORDER BY due.turn, due.seq LIMIT $4) \
-               AND ",
-    due_event!("ev"),
-    "{skip_locked}) \
-        AND ",
-    due_event!("webhook_events"),
-    " RETURNING ",
-    event_columns!()
-));
+    " ORDER BY e.next_attempt_at, e.seq LIMIT $3) pick \
+      WHERE s.webhook_url IS NOT NULL"
+)));
+
+/// The same pick where SQLite has no `LATERAL`: a correlated `IN` list per shop.
+pub static SQLITE_CLAIM_DUE_EVENTS: Template = Template::new(claim_due_events!(concat!(
+    "SELECT pick.event_id, pick.seq, pick.shop_account_id, pick.next_attempt_at \
+       FROM shops s \
+       JOIN webhook_events pick ON pick.event_id IN ( \
+            SELECT e.event_id FROM webhook_events e \
+             WHERE e.shop_account_id = s.account_id AND ",
+    due_event!("e"),
+    " ORDER BY e.next_attempt_at, e.seq LIMIT $3) \
+      WHERE s.webhook_url IS NOT NULL"
+)));
+
+/// Whether any event is due at all: a read, so that an idle worker takes no write transaction.
+pub static ANY_DUE_EVENT: Template = Template::new(
+    "SELECT CAST(1 AS BIGINT) AS due FROM webhook_events \
+      WHERE status = 'pending' AND next_attempt_at <= {now} \
+        AND (locked_until IS NULL OR locked_until < {now}) LIMIT 1",
+);
 
 /// How an attempt ended is written only by the attempt that holds the lease ($2): a shop's
 /// redelivery request made meanwhile takes the lease away, and is not undone by it.
@@ -244,6 +288,31 @@ pub enum EventSettled {
     },
 }
 
+/// How an attempt under a lease ended, to be recorded by [`Store::settle_and_lease`].
+#[derive(Clone, Debug)]
+pub struct EndedAttempt {
+    pub event_id: String,
+    pub lease_id: String,
+    pub settled: EventSettled,
+}
+
+/// Due events a worker asks to lease: at most `limit`, for `lease_ms` (by the database's
+/// clock), under `lease_id`, with at most `per_shop` of any one shop in flight.
+#[derive(Clone, Debug)]
+pub struct LeaseRequest {
+    pub lease_ms: i64,
+    pub lease_id: String,
+    pub per_shop: i64,
+    pub limit: i64,
+}
+
+/// Events leased to a worker, oldest first, and their shops (read once each).
+#[derive(Debug, Default)]
+pub struct Leased {
+    pub events: Vec<EventRow>,
+    pub shops: HashMap<String, ShopRow>,
+}
+
 /// An event to publish to the broker: its id (the message's `message_id`), type (the routing
 /// key) and body.
 #[derive(Clone, Debug)]
@@ -348,73 +417,77 @@ impl Store {
         Ok(rows.into_iter().next().unwrap_or_default())
     }
 
-    /// Leases up to `limit` due events to this worker for `lease_ms` under `lease_id`, at most
-    /// `per_shop` of any one shop in flight, in a short transaction of its own. Time is the
-    /// database's (see [`Template`]).
-    pub async fn claim_due_events(
+    /// One turn of a delivery worker, in one short write transaction: records how the attempts
+    /// in `ended` went (each only if its lease still holds: a redelivery request meanwhile took
+    /// it), then leases what `lease` asks for, with the shops of the leased events. Nothing
+    /// ended and nothing due (a read finds out) takes no write transaction at all.
+    pub async fn settle_and_lease(
         &self,
-        lease_ms: i64,
-        lease_id: &str,
-        per_shop: i64,
-        limit: i64,
-    ) -> Result<Vec<EventRow>, StoreError> {
-        let lease_id = lease_id.to_owned();
+        ended: Vec<EndedAttempt>,
+        lease: Option<LeaseRequest>,
+    ) -> Result<Leased, StoreError> {
+        let lease = match lease {
+            Some(_) if ended.is_empty() && !self.any_due_event().await? => None,
+            lease => lease,
+        };
+        if ended.is_empty() && lease.is_none() {
+            return Ok(Leased::default());
+        }
         self.write(move |tx| {
             Box::pin(async move {
-                let statement = tx.template(&CLAIM_DUE_EVENTS);
+                for attempt in &ended {
+                    tx.settle_event(attempt).await?;
+                }
+                let Some(lease) = lease else {
+                    return Ok(Leased::default());
+                };
+                let statement = match tx {
+                    Tx::Sqlite(_) => SQLITE_CLAIM_DUE_EVENTS.sqlite(),
+                    Tx::Postgres(_) => POSTGRES_CLAIM_DUE_EVENTS.postgres(),
+                };
                 let mut events = tx
                     .fetch_all(
                         statement,
                         &[
-                            Arg::Int(lease_ms),
-                            Arg::Text(&lease_id),
-                            Arg::Int(per_shop),
-                            Arg::Int(limit),
+                            Arg::Int(lease.lease_ms),
+                            Arg::Text(&lease.lease_id),
+                            Arg::Int(lease.per_shop),
+                            Arg::Int(lease.limit),
                         ],
                         EventRow::read,
                     )
                     .await?;
                 events.sort_by_key(|e| e.seq);
-                Ok(events)
+                let mut shops = HashMap::new();
+                for event in &events {
+                    if !shops.contains_key(&event.shop_account_id) {
+                        let shop = tx
+                            .fetch_optional(
+                                SHOP_OF_ACCOUNT,
+                                &[Arg::Text(&event.shop_account_id)],
+                                ShopRow::read,
+                            )
+                            .await?;
+                        if let Some(shop) = shop {
+                            shops.insert(event.shop_account_id.clone(), shop);
+                        }
+                    }
+                }
+                Ok(Leased { events, shops })
             })
         })
         .await
     }
 
-    /// Records how the attempt under `lease_id` ended: delivered, to be retried, or dead. An
-    /// attempt whose lease was taken away (a redelivery request) records nothing.
-    pub async fn settle_event(
-        &self,
-        event_id: &str,
-        lease_id: &str,
-        settled: EventSettled,
-    ) -> Result<(), StoreError> {
-        let (event_id, lease_id) = (event_id.to_owned(), lease_id.to_owned());
-        self.write(move |tx| {
-            Box::pin(async move {
-                let (event, lease) = (Arg::Text(&event_id), Arg::Text(&lease_id));
-                match settled {
-                    EventSettled::Delivered => {
-                        let statement = tx.template(&EVENT_DELIVERED);
-                        tx.execute(statement, &[event, lease]).await?
-                    }
-                    EventSettled::RetryAfter { pause_ms, error } => {
-                        let statement = tx.template(&EVENT_RETRY_AT);
-                        tx.execute(
-                            statement,
-                            &[event, lease, Arg::Int(pause_ms), Arg::Text(&error)],
-                        )
-                        .await?
-                    }
-                    EventSettled::Dead { error } => {
-                        tx.execute(EVENT_DEAD, &[event, lease, Arg::Text(&error)])
-                            .await?
-                    }
-                };
-                Ok(())
-            })
-        })
-        .await
+    async fn any_due_event(&self) -> Result<bool, StoreError> {
+        let statement = match self {
+            Store::Sqlite(_) => ANY_DUE_EVENT.sqlite(),
+            Store::Postgres(_) => ANY_DUE_EVENT.postgres(),
+        };
+        Ok(!self
+            .read(statement, &[], |row| row.int("due"))
+            .await?
+            .is_empty())
     }
 
     /// A shop's events, newest first, before `before_seq`.
@@ -475,6 +548,30 @@ impl Store {
 }
 
 impl Tx {
+    /// Records how one attempt ended, if its lease still holds.
+    async fn settle_event(&mut self, attempt: &EndedAttempt) -> Result<(), StoreError> {
+        let (event, lease) = (Arg::Text(&attempt.event_id), Arg::Text(&attempt.lease_id));
+        match &attempt.settled {
+            EventSettled::Delivered => {
+                let statement = self.template(&EVENT_DELIVERED);
+                self.execute(statement, &[event, lease]).await?
+            }
+            EventSettled::RetryAfter { pause_ms, error } => {
+                let statement = self.template(&EVENT_RETRY_AT);
+                self.execute(
+                    statement,
+                    &[event, lease, Arg::Int(*pause_ms), Arg::Text(error)],
+                )
+                .await?
+            }
+            EventSettled::Dead { error } => {
+                self.execute(EVENT_DEAD, &[event, lease, Arg::Text(error)])
+                    .await?
+            }
+        };
+        Ok(())
+    }
+
     /// Writes an event into the outbox, in this transaction: it commits with the change. On
     /// PostgreSQL it travels with the key's stored answer, or alone before `COMMIT`.
     pub async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<(), StoreError> {

@@ -31,7 +31,10 @@ use checkout_idempotency::{Classify, Failure, Finish, Work};
 
 pub use accounts::{AccountKind, AccountRow, ShopRow, ShopperLogin, TokenHolder};
 pub use deposits::NewDeposit;
-pub use events::{EventRow, EventSettled, NewEvent, OutboxBacklog, UnpublishedEvent};
+pub use events::{
+    EndedAttempt, EventRow, EventSettled, LeaseRequest, Leased, NewEvent, OutboxBacklog,
+    UnpublishedEvent,
+};
 pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,
     Refunded,

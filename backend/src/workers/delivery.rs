@@ -20,7 +20,7 @@ use checkout_idempotency::now_ms;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::store::{EventRow, EventSettled, Store};
+use crate::store::{EndedAttempt, EventRow, EventSettled, LeaseRequest, Leased, ShopRow, Store};
 
 #[derive(Clone, Debug)]
 pub struct DeliverySettings {
@@ -49,8 +49,8 @@ impl Default for DeliverySettings {
             first_retry: Duration::from_secs(5),
             attempts: 13,
             poll: Duration::from_millis(500),
-            in_flight: 16,
-            per_shop: 4,
+            in_flight: 32,
+            per_shop: 8,
         }
     }
 }
@@ -61,11 +61,17 @@ enum Sent {
     Failed(String),
 }
 
-/// The least time between two claims of due events by one worker.
-const CLAIM_SPACING: Duration = Duration::from_millis(20);
+/// The least time between two turns of one worker.
+const TURN_SPACING: Duration = Duration::from_millis(20);
 
 /// Starts the worker; `wake` makes it look for due events at once (after a payment, a refund or
 /// a redelivery request).
+///
+/// The worker works in turns: each turn records every attempt that ended since the last one
+/// and leases as many due events as it has free send slots, in ONE short write transaction
+/// (none when nothing ended and a read finds nothing due). Under a stream of events a turn
+/// costs the database one commit for a whole batch, where an attempt of its own would cost two
+/// per event; the spacing gathers the wakes of many payments into one turn.
 pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let client = match reqwest::Client::builder()
@@ -79,38 +85,57 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
                 return;
             }
         };
-        let mut sending = JoinSet::new();
-        let mut last_claim = tokio::time::Instant::now();
+        let mut sending: JoinSet<EndedAttempt> = JoinSet::new();
+        // Attempts that ended and are not yet recorded: they hold their send slots until they
+        // are (a failed turn tries them again; their leases still hold).
+        let mut ended: Vec<EndedAttempt> = Vec::new();
+        let mut last_turn = tokio::time::Instant::now();
         loop {
-            // Every payment wakes the worker; under a stream of payments, claims a few
-            // milliseconds apart would each cost the database a write transaction for what the
-            // next one finds anyway. Wakes within the spacing are gathered into one claim.
-            tokio::time::sleep_until(last_claim + CLAIM_SPACING).await;
-            last_claim = tokio::time::Instant::now();
-            let free = settings.in_flight.saturating_sub(sending.len());
+            tokio::time::sleep_until(last_turn + TURN_SPACING).await;
+            last_turn = tokio::time::Instant::now();
+            while let Some(done) = sending.try_join_next() {
+                ended.extend(done.ok());
+            }
+            let free = settings
+                .in_flight
+                .saturating_sub(sending.len() + ended.len());
+            let lease = (free > 0).then(|| LeaseRequest {
+                // The lease outlasts one attempt, so no other instance takes the event while it
+                // is sent.
+                lease_ms: millis(settings.timeout) + 5_000,
+                lease_id: uuid::Uuid::new_v4().simple().to_string(),
+                per_shop: settings.per_shop as i64,
+                limit: free as i64,
+            });
+            let lease_id = lease
+                .as_ref()
+                .map(|l| l.lease_id.clone())
+                .unwrap_or_default();
             let mut full_batch = false;
-            if free > 0 {
-                match claim(&store, &settings, free).await {
-                    Ok(events) => {
-                        full_batch = events.len() == free;
-                        for event in events {
-                            let (store, client, settings) =
-                                (store.clone(), client.clone(), settings.clone());
-                            sending.spawn(async move {
-                                deliver(&store, &client, &settings, event).await;
-                            });
-                        }
+            match store.settle_and_lease(ended.clone(), lease).await {
+                Ok(Leased { events, shops }) => {
+                    ended.clear();
+                    full_batch = free > 0 && events.len() == free;
+                    for event in events {
+                        let shop = shops.get(&event.shop_account_id).cloned();
+                        let (client, settings) = (client.clone(), settings.clone());
+                        let lease_id = lease_id.clone();
+                        sending.spawn(async move {
+                            attempt(&client, &settings, shop, event, lease_id).await
+                        });
                     }
-                    Err(error) => tracing::warn!(%error, "claiming due webhook events failed"),
                 }
+                Err(error) => tracing::warn!(%error, "a webhook delivery turn failed"),
             }
             if full_batch {
                 // More may be due: look again as soon as a slot frees.
-                sending.join_next().await;
+                if let Some(done) = sending.join_next().await {
+                    ended.extend(done.ok());
+                }
                 continue;
             }
             tokio::select! {
-                Some(_) = sending.join_next(), if !sending.is_empty() => {}
+                Some(done) = sending.join_next(), if !sending.is_empty() => ended.extend(done.ok()),
                 () = wake.notified() => {}
                 () = tokio::time::sleep(settings.poll) => {}
             }
@@ -118,40 +143,20 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
     })
 }
 
-async fn claim(
-    store: &Store,
-    settings: &DeliverySettings,
-    limit: usize,
-) -> Result<Vec<Leased>, crate::store::StoreError> {
-    // The lease outlasts one attempt, so no other instance takes the event while it is sent.
-    let lease_ms = millis(settings.timeout) + 5_000;
-    let lease_id = uuid::Uuid::new_v4().simple().to_string();
-    let events = store
-        .claim_due_events(lease_ms, &lease_id, settings.per_shop as i64, limit as i64)
-        .await?;
-    Ok(events
-        .into_iter()
-        .map(|event| Leased {
-            event,
-            lease_id: lease_id.clone(),
-        })
-        .collect())
-}
-
-/// An event this worker holds the lease of.
-struct Leased {
-    event: EventRow,
-    lease_id: String,
-}
-
-/// One attempt, then its outcome recorded: delivered, retried later, or dead.
-async fn deliver(
-    store: &Store,
+/// One attempt to send a leased event, and what is to be recorded of it: delivered, retried
+/// later, or dead. A crash before the record is written lets the lease lapse: the event is
+/// sent again (at least once, never lost).
+async fn attempt(
     client: &reqwest::Client,
     settings: &DeliverySettings,
-    Leased { event, lease_id }: Leased,
-) {
-    let sent = send(store, client, &event).await;
+    shop: Option<ShopRow>,
+    event: EventRow,
+    lease_id: String,
+) -> EndedAttempt {
+    let sent = match shop {
+        Some(shop) => send(client, &shop, &event).await,
+        None => Sent::Failed("no such shop".into()),
+    };
     let settled = match sent {
         Sent::Delivered => {
             tracing::info!(event = %event.event_id, attempts = event.attempts, "webhook delivered");
@@ -175,22 +180,15 @@ async fn deliver(
         EventSettled::Dead { .. } => Delivery::Dead,
         EventSettled::RetryAfter { .. } => Delivery::Retry,
     });
-    if let Err(error) = store
-        .settle_event(&event.event_id, &lease_id, settled)
-        .await
-    {
-        // The lease lapses and the event is sent again: at least once, never lost.
-        tracing::warn!(event = %event.event_id, %error, "recording a webhook attempt failed");
+    EndedAttempt {
+        event_id: event.event_id,
+        lease_id,
+        settled,
     }
 }
 
-async fn send(store: &Store, client: &reqwest::Client, event: &EventRow) -> Sent {
-    let shop = match store.shop_of_account(&event.shop_account_id).await {
-        Ok(Some(shop)) => shop,
-        Ok(None) => return Sent::Failed("no such shop".into()),
-        Err(error) => return Sent::Failed(format!("reading the shop: {error}")),
-    };
-    let Some(url) = shop.webhook_url else {
+async fn send(client: &reqwest::Client, shop: &ShopRow, event: &EventRow) -> Sent {
+    let Some(url) = &shop.webhook_url else {
         return Sent::Failed("the shop has no webhook URL".into());
     };
     let now = now_ms();
@@ -214,7 +212,7 @@ async fn send(store: &Store, client: &reqwest::Client, event: &EventRow) -> Sent
         Err(error) => return Sent::Failed(format!("signing: {error}")),
     };
     let answer = client
-        .post(&url)
+        .post(url)
         .header("webhook-id", &event.event_id)
         .header("webhook-timestamp", timestamp.to_string())
         .header("webhook-signature", signature)
