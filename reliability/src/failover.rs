@@ -76,6 +76,11 @@ pub struct FailoverReport {
     pub answered_after_last: u64,
     pub events: i64,
     pub events_undelivered: i64,
+    /// From the end of the load to the last event delivered (none: not within the bound).
+    pub drained_after: Option<Duration>,
+    /// What the deployment cost: idle before the load, and under it (when measured).
+    pub idle: Option<crate::footprint::Sample>,
+    pub under_load: Option<crate::footprint::Cost>,
     /// Events the shop received for a payment or refund the promotion then lost.
     pub events_of_lost_changes: u64,
     /// Fiscal receipts issued by the consumers (when the campaign has a broker).
@@ -130,6 +135,21 @@ impl FailoverReport {
             .receipts
             .map(|n| format!("; {n} receipts, matching the books"))
             .unwrap_or_default()
+            + &self
+                .drained_after
+                .map(|d| format!("; outbox drained {:.1} s after the load", d.as_secs_f64()))
+                .unwrap_or_default()
+            + &match (self.idle, self.under_load) {
+                (Some(idle), Some(load)) => format!(
+                    "; idle {} MiB over {} processes, under load at most {} MiB over {}, {:.2} cores",
+                    idle.pss_bytes >> 20,
+                    idle.processes,
+                    load.peak.pss_bytes >> 20,
+                    load.peak.processes,
+                    load.cores
+                ),
+                _ => String::new(),
+            }
     }
 }
 
@@ -666,13 +686,15 @@ async fn settle(settling: Settling<'_>) -> FailoverReport {
 
     // Every event delivered, once the outbox drains; none for a change that no longer exists
     // is expected only of asynchronous replication.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let draining = Instant::now();
+    let deadline = draining + Duration::from_secs(60);
     loop {
         let pending = db
             .scalar("SELECT COUNT(*) FROM webhook_events WHERE status <> 'delivered'")
             .await;
         if pending == 0 || Instant::now() > deadline {
             report.events_undelivered = pending;
+            report.drained_after = (pending == 0).then(|| draining.elapsed());
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -842,6 +864,8 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
         shoppers.push(Api::new(&front).shopper_token().await);
     }
     let load = Load::new(vec![front], shop.api.token.clone().unwrap());
+    let idle = crate::footprint::sample();
+    let sampler = crate::footprint::Sampler::start(Duration::from_secs(1));
 
     let failing_over = Arc::new(AtomicBool::new(true));
     let chaos = {
@@ -913,6 +937,7 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
 
     let duplicates = drive(&load, shoppers, plan.requests, &failing_over).await;
     let (faults, servers) = chaos.await.unwrap();
+    let under_load = sampler.stop();
     let mut report = settle(Settling {
         label: "patroni".into(),
         synchronous: true,
@@ -944,6 +969,8 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
             .violations
             .push(format!("{dead} messages dead-lettered"));
     }
+    report.idle = Some(idle);
+    report.under_load = Some(under_load);
     drop(servers);
     report
 }

@@ -9,6 +9,7 @@
 //! to its shop exactly once in effect (order paid, refunded total, bonus).
 
 pub mod failover;
+pub mod footprint;
 pub mod forwarder;
 pub mod receipts;
 

@@ -337,12 +337,16 @@ fn ha_markdown(reports: &[(FailoverReport, Duration)]) -> String {
     let mut md = String::new();
     writeln!(md, "{HA_HEADING}\n").unwrap();
     writeln!(md, "Written by `scripts/campaign` (`--only-ha` for this section alone). The deployment of `scripts/cluster`, from Debian's packages: three etcd members, three PostgreSQL 15 nodes under Patroni 3.0.2 (`synchronous_mode`, `master_start_timeout: 0`, `pg_rewind`), HAProxy 2.6 in front of the database (Patroni's `GET /primary`) and of two checkout instances, a three-node RabbitMQ 3.10.8 cluster with two `receipts` consumers. Clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load one fault strikes, in turn: the Patroni leader's PostgreSQL SIGKILLed (the synchronous standby is promoted; the next fault waits until the old leader is back as a replica), an etcd member SIGKILLed (restarted 3 s later), a RabbitMQ node SIGKILLed (and started again), a checkout instance SIGKILLed (restarted 3 s later on its port), HAProxy SIGKILLed and started again. Afterwards every request without a definite answer is resent with its key, every event is left to be delivered, `verify` runs, and the receipts are compared with the books. No forwarder of ours: every address is HAProxy's. A bounded version (one fault of each kind) runs in `scripts/test` (`reliability/tests/ha.rs`).\n").unwrap();
-    writeln!(md, "| faults | requests | acknowledged payments / refunds | acknowledged and lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | events (undelivered) | receipts match the books | verify | violations | time |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(md, "| faults | requests | acknowledged payments / refunds | acknowledged and lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | events (undelivered) | outbox drained after the load | receipts match the books | verify | violations | time |").unwrap();
+    writeln!(
+        md,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    .unwrap();
     for (r, took) in reports {
         writeln!(
             md,
-            "| {} | {} | {} / {} | **{}** | **{}** | **{}** | {} ({}) | {} / {} | {} ({}) | {} | {} | **{}** | {:.0} s |",
+            "| {} | {} | {} / {} | **{}** | **{}** | **{}** | {} ({}) | {} / {} | {} ({}) | {} | {} | {} | **{}** | {:.0} s |",
             r.failovers,
             r.requests,
             r.payments_acknowledged,
@@ -356,6 +360,7 @@ fn ha_markdown(reports: &[(FailoverReport, Duration)]) -> String {
             r.resolved_by_first_execution,
             r.events,
             r.events_undelivered,
+            r.drained_after.map_or("not within 60 s".into(), |d| format!("{:.1} s", d.as_secs_f64())),
             match r.receipts {
                 Some(n) if r.violations.is_empty() => format!("yes ({n})"),
                 Some(n) => format!("see violations ({n})"),
@@ -389,6 +394,9 @@ fn ha_markdown(reports: &[(FailoverReport, Duration)]) -> String {
         }
     }
     for (r, _) in reports {
+        if let (Some(idle), Some(load)) = (r.idle, r.under_load) {
+            writeln!(md, "\nWhat the deployment costs this 2-core, 24 GiB machine (every process the campaign started, read from `/proc`; memory as proportional set size, so PostgreSQL's shared buffers count once; the load generator itself not counted): idle, {} MiB over {} processes; under the load, at most {} MiB over {} processes, and {:.2} cores on average over the {:.0} s of load and faults.", idle.pss_bytes >> 20, idle.processes, load.peak.pss_bytes >> 20, load.peak.processes, load.cores, load.seconds).unwrap();
+        }
         for v in &r.violations {
             writeln!(md, "- VIOLATION: {v}").unwrap();
         }
