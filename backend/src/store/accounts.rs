@@ -244,7 +244,7 @@ pub struct ShopRow {
 }
 
 impl ShopRow {
-    pub(super) fn read(row: &dyn Row) -> Result<Self, RowError> {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
         Ok(ShopRow {
             shop_id: row.text("shop_id")?,
             account_id: row.text("account_id")?,

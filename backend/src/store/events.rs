@@ -2,11 +2,8 @@
 //! leased to a delivery worker, settled by the attempt that holds the lease, listed and asked
 //! for again by their shop.
 
-use std::collections::HashMap;
-
-use super::accounts::SHOP_OF_ACCOUNT;
 use super::row::{Arg, Row, RowError, Template};
-use super::{ShopRow, Store, StoreError, Tx};
+use super::{Store, StoreError, Tx};
 
 /// The outbox's backlog, for the metrics: events not yet delivered, and the oldest one's time.
 pub const OUTBOX_BACKLOG: &str = "\
@@ -306,11 +303,10 @@ pub struct LeaseRequest {
     pub limit: i64,
 }
 
-/// Events leased to a worker, oldest first, and their shops (read once each).
+/// Events leased to a worker, oldest first.
 #[derive(Debug, Default)]
 pub struct Leased {
     pub events: Vec<EventRow>,
-    pub shops: HashMap<String, ShopRow>,
 }
 
 /// An event to publish to the broker: its id (the message's `message_id`), type (the routing
@@ -458,22 +454,7 @@ impl Store {
                     )
                     .await?;
                 events.sort_by_key(|e| e.seq);
-                let mut shops = HashMap::new();
-                for event in &events {
-                    if !shops.contains_key(&event.shop_account_id) {
-                        let shop = tx
-                            .fetch_optional(
-                                SHOP_OF_ACCOUNT,
-                                &[Arg::Text(&event.shop_account_id)],
-                                ShopRow::read,
-                            )
-                            .await?;
-                        if let Some(shop) = shop {
-                            shops.insert(event.shop_account_id.clone(), shop);
-                        }
-                    }
-                }
-                Ok(Leased { events, shops })
+                Ok(Leased { events })
             })
         })
         .await

@@ -13,6 +13,7 @@
 //! row.
 
 use crate::metrics::Delivery;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,11 +114,24 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
                 .unwrap_or_default();
             let mut full_batch = false;
             match store.settle_and_lease(ended.clone(), lease).await {
-                Ok(Leased { events, shops }) => {
+                Ok(Leased { events }) => {
                     ended.clear();
                     full_batch = free > 0 && events.len() == free;
+                    // Each shop read once per turn, not once per event.
+                    let mut shops: HashMap<String, Result<Option<ShopRow>, String>> =
+                        HashMap::new();
                     for event in events {
-                        let shop = shops.get(&event.shop_account_id).cloned();
+                        let shop = match shops.get(&event.shop_account_id) {
+                            Some(shop) => shop.clone(),
+                            None => {
+                                let shop = store
+                                    .shop_of_account(&event.shop_account_id)
+                                    .await
+                                    .map_err(|error| format!("reading the shop: {error}"));
+                                shops.insert(event.shop_account_id.clone(), shop.clone());
+                                shop
+                            }
+                        };
                         let (client, settings) = (client.clone(), settings.clone());
                         let lease_id = lease_id.clone();
                         sending.spawn(async move {
@@ -149,13 +163,14 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
 async fn attempt(
     client: &reqwest::Client,
     settings: &DeliverySettings,
-    shop: Option<ShopRow>,
+    shop: Result<Option<ShopRow>, String>,
     event: EventRow,
     lease_id: String,
 ) -> EndedAttempt {
     let sent = match shop {
-        Some(shop) => send(client, &shop, &event).await,
-        None => Sent::Failed("no such shop".into()),
+        Ok(Some(shop)) => send(client, &shop, &event).await,
+        Ok(None) => Sent::Failed("no such shop".into()),
+        Err(error) => Sent::Failed(error),
     };
     let settled = match sent {
         Sent::Delivered => {
