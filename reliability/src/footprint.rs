@@ -80,11 +80,17 @@ fn pss_bytes(pid: u32) -> u64 {
 
 /// The descendants' memory now.
 pub fn sample() -> Sample {
+    look().1
+}
+
+/// The descendants with their CPU time so far, and their memory now.
+fn look() -> (HashMap<u32, f64>, Sample) {
     let pids = descendants();
-    Sample {
+    let now = Sample {
         processes: pids.len(),
         pss_bytes: pids.keys().map(|pid| pss_bytes(*pid)).sum(),
-    }
+    };
+    (pids, now)
 }
 
 /// Samples the descendants every `every` until [`Sampler::stop`].
@@ -109,16 +115,7 @@ impl Sampler {
             let state = state.clone();
             tokio::spawn(async move {
                 loop {
-                    let (pids, now) = tokio::task::spawn_blocking(|| {
-                        let pids = descendants();
-                        let now = Sample {
-                            processes: pids.len(),
-                            pss_bytes: pids.keys().map(|pid| pss_bytes(*pid)).sum(),
-                        };
-                        (pids, now)
-                    })
-                    .await
-                    .unwrap_or_default();
+                    let (pids, now) = tokio::task::spawn_blocking(look).await.unwrap_or_default();
                     {
                         let mut state = state.lock().unwrap();
                         if now.pss_bytes > state.peak.pss_bytes {

@@ -303,12 +303,6 @@ pub struct LeaseRequest {
     pub limit: i64,
 }
 
-/// Events leased to a worker, oldest first.
-#[derive(Debug, Default)]
-pub struct Leased {
-    pub events: Vec<EventRow>,
-}
-
 /// An event to publish to the broker: its id (the message's `message_id`), type (the routing
 /// key) and body.
 #[derive(Clone, Debug)]
@@ -415,19 +409,19 @@ impl Store {
 
     /// One turn of a delivery worker, in one short write transaction: records how the attempts
     /// in `ended` went (each only if its lease still holds: a redelivery request meanwhile took
-    /// it), then leases what `lease` asks for, with the shops of the leased events. Nothing
-    /// ended and nothing due (a read finds out) takes no write transaction at all.
+    /// it), then leases what `lease` asks for: those events, oldest first. Nothing ended and
+    /// nothing due (a read finds out) takes no write transaction at all.
     pub async fn settle_and_lease(
         &self,
         ended: Vec<EndedAttempt>,
         lease: Option<LeaseRequest>,
-    ) -> Result<Leased, StoreError> {
+    ) -> Result<Vec<EventRow>, StoreError> {
         let lease = match lease {
             Some(_) if ended.is_empty() && !self.any_due_event().await? => None,
             lease => lease,
         };
         if ended.is_empty() && lease.is_none() {
-            return Ok(Leased::default());
+            return Ok(Vec::new());
         }
         self.write(move |tx| {
             Box::pin(async move {
@@ -435,12 +429,12 @@ impl Store {
                     tx.settle_event(attempt).await?;
                 }
                 let Some(lease) = lease else {
-                    return Ok(Leased::default());
+                    return Ok(Vec::new());
                 };
-                let statement = match tx {
-                    Tx::Sqlite(_) => SQLITE_CLAIM_DUE_EVENTS.sqlite(),
-                    Tx::Postgres(_) => POSTGRES_CLAIM_DUE_EVENTS.postgres(),
-                };
+                let statement = tx.spelled(
+                    SQLITE_CLAIM_DUE_EVENTS.sqlite(),
+                    POSTGRES_CLAIM_DUE_EVENTS.postgres(),
+                );
                 let mut events = tx
                     .fetch_all(
                         statement,
@@ -454,7 +448,7 @@ impl Store {
                     )
                     .await?;
                 events.sort_by_key(|e| e.seq);
-                Ok(Leased { events })
+                Ok(events)
             })
         })
         .await

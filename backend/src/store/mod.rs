@@ -32,8 +32,7 @@ use checkout_idempotency::{Classify, Failure, Finish, Work};
 pub use accounts::{AccountKind, AccountRow, ShopRow, ShopperLogin, TokenHolder};
 pub use deposits::NewDeposit;
 pub use events::{
-    EndedAttempt, EventRow, EventSettled, LeaseRequest, Leased, NewEvent, OutboxBacklog,
-    UnpublishedEvent,
+    EndedAttempt, EventRow, EventSettled, LeaseRequest, NewEvent, OutboxBacklog, UnpublishedEvent,
 };
 pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,

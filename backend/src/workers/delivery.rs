@@ -21,7 +21,7 @@ use checkout_idempotency::now_ms;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::store::{EndedAttempt, EventRow, EventSettled, LeaseRequest, Leased, ShopRow, Store};
+use crate::store::{EndedAttempt, EventRow, EventSettled, LeaseRequest, ShopRow, Store};
 
 #[derive(Clone, Debug)]
 pub struct DeliverySettings {
@@ -114,24 +114,24 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
                 .unwrap_or_default();
             let mut full_batch = false;
             match store.settle_and_lease(ended.clone(), lease).await {
-                Ok(Leased { events }) => {
+                Ok(events) => {
                     ended.clear();
                     full_batch = free > 0 && events.len() == free;
                     // Each shop read once per turn, not once per event.
                     let mut shops: HashMap<String, Result<Option<ShopRow>, String>> =
                         HashMap::new();
+                    for event in &events {
+                        let id = &event.shop_account_id;
+                        if !shops.contains_key(id) {
+                            let shop = store.shop_of_account(id).await;
+                            shops.insert(
+                                id.clone(),
+                                shop.map_err(|error| format!("reading the shop: {error}")),
+                            );
+                        }
+                    }
                     for event in events {
-                        let shop = match shops.get(&event.shop_account_id) {
-                            Some(shop) => shop.clone(),
-                            None => {
-                                let shop = store
-                                    .shop_of_account(&event.shop_account_id)
-                                    .await
-                                    .map_err(|error| format!("reading the shop: {error}"));
-                                shops.insert(event.shop_account_id.clone(), shop.clone());
-                                shop
-                            }
-                        };
+                        let shop = shops[&event.shop_account_id].clone();
                         let (client, settings) = (client.clone(), settings.clone());
                         let lease_id = lease_id.clone();
                         sending.spawn(async move {
