@@ -1,23 +1,23 @@
-//! The failover campaign: two checkout instances share a PostgreSQL primary that streams to a
-//! standby; they reach "the primary" through an address the harness moves ([`Forwarder`]).
-//! Under load (sessions, payments, refunds, some sent twice at once) the primary's machine dies
-//! (SIGKILL to every process of the cluster), the standby is promoted (`pg_ctl promote`) and
-//! the address moved; a new standby is made from the new primary before the next failover. The
-//! old primary never comes back.
+//! The failover campaign on the engines an operator deploys beyond one machine: Patroni (three
+//! PostgreSQL nodes over three etcd members), HAProxy in front of the database and of two
+//! checkout instances, and (when the plan asks for receipts) a three-node RabbitMQ cluster with
+//! two `receipts` consumers. Under load (sessions, payments, refunds, some sent twice at once)
+//! the plan's faults strike in turn: the Patroni leader's PostgreSQL SIGKILLed, an etcd member,
+//! a RabbitMQ node, a checkout instance, HAProxy. Replication is synchronous, or asynchronous to
+//! count what that loses; the nodes may stream over a slow link (another zone's distance).
 //!
 //! Afterwards every request without a definite answer is resent with its key until it has one,
 //! every event is left to be delivered, and the campaign counts what a shop and a shopper would
 //! check: acknowledged payments and refunds that exist exactly once (or were lost by the
 //! promotion), double charges, `5xx` other than `503`, `503` without `Retry-After`, the seconds
-//! each failover left the checkout unable to take a payment, and `verify` on the new primary.
+//! each fault left the checkout unable to take a payment, `verify`, and the receipts.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use checkout_testkit::patroni::HaCluster;
-use checkout_testkit::postgres::{Cluster, Replication};
+use checkout_testkit::patroni::{HaCluster, HaSettings};
 use checkout_testkit::rabbitmq::BrokerCluster;
 use checkout_testkit::receipts::{Consumer, mismatches_with_the_books};
 use checkout_testkit::receiver::Receiver;
@@ -25,23 +25,6 @@ use checkout_testkit::{Answer, Api, Server, TestDb, add_shop_with, new_key, sess
 use rand::Rng;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-use crate::forwarder::Forwarder;
-
-#[derive(Clone, Debug)]
-pub struct FailoverPlan {
-    pub replication: Replication,
-    pub failovers: u32,
-    /// Requests to send at least (the load also goes on until the last failover is behind).
-    pub requests: u64,
-    pub clients: usize,
-    /// Load before each failover, and after the last.
-    pub load_before: Duration,
-    /// From the primary's death to the promotion: how long a failover manager takes to decide.
-    pub detection: Duration,
-    /// One way, between the primary and its standby (another zone's distance).
-    pub standby_delay: Duration,
-}
 
 #[derive(Clone, Debug, Default)]
 pub struct FailoverReport {
@@ -387,10 +370,6 @@ async fn backoff() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-fn start_server(binary: &str, db: &TestDb) -> impl std::future::Future<Output = Server> {
-    start_server_at(binary, db, None, None)
-}
-
 /// A checkout instance for the campaigns, on `port` if given (behind HAProxy, where it must
 /// come back on the same one).
 async fn start_server_at(
@@ -417,125 +396,6 @@ async fn start_server_at(
         env.push(("CHECKOUT_AMQP_URL", url));
     }
     Server::start_with(binary, db, &env).await
-}
-
-/// Waits until `standby` streams from `primary` in the way `replication` asks.
-async fn until_streaming(primary: &Cluster, standby: &str, replication: Replication) {
-    let wanted = match replication {
-        Replication::Synchronous => "sync",
-        Replication::Asynchronous => "async",
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while primary.standby_state(standby).await.as_deref() != Some(wanted) {
-        assert!(
-            Instant::now() < deadline,
-            "{standby} streams ({wanted}) within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-pub async fn run(plan: &FailoverPlan, server_bin: &str) -> FailoverReport {
-    let replication = plan.replication;
-    let mut primary = Cluster::replicated_primary();
-    let database = primary.create_database().await;
-    let name = database.rsplit('/').next().unwrap().to_owned();
-    let mut link = Forwarder::with_delay(primary.port, plan.standby_delay).await;
-    let mut standby = Cluster::standby_of(&primary, "standby1", link.port);
-    primary.replicate(replication, "standby1").await;
-    until_streaming(&primary, "standby1", replication).await;
-    let address = Forwarder::start(primary.port).await;
-    let db = TestDb::at(format!(
-        "postgres://postgres@127.0.0.1:{}/{name}",
-        address.port
-    ));
-
-    let mut servers = Vec::new();
-    for _ in 0..2 {
-        servers.push(start_server(server_bin, &db).await);
-    }
-    let receiver = Receiver::start().await;
-    let shop = add_shop_with(
-        server_bin,
-        &db.url,
-        &servers[0].base,
-        "Лавка переключения",
-        Some(&receiver.url),
-        &[],
-    )
-    .await;
-    let mut shoppers = Vec::new();
-    for _ in 0..plan.clients {
-        shoppers.push(servers[0].api().shopper_token().await);
-    }
-    let load = Load::new(
-        servers.iter().map(|s| s.base.clone()).collect(),
-        shop.api.token.clone().unwrap(),
-    );
-
-    // The failovers, while the clients go on.
-    let failing_over = Arc::new(AtomicBool::new(true));
-    let chaos = {
-        let (plan, failing_over) = (plan.clone(), failing_over.clone());
-        tokio::spawn(async move {
-            let mut failovers = Vec::new();
-            for round in 1..=plan.failovers {
-                tokio::time::sleep(plan.load_before).await;
-                primary.kill();
-                link.cut();
-                // From here on, every process of the old primary is gone, and what it was
-                // sending the standby with it.
-                let killed = Instant::now();
-                tokio::time::sleep(plan.detection).await;
-                let promoted = tokio::task::spawn_blocking(move || {
-                    standby.promote();
-                    standby
-                })
-                .await
-                .unwrap();
-                address.move_to(promoted.port);
-                failovers.push(killed);
-                // The dead primary is never started again (its files go when the tests end). The
-                // promoted one gets a standby of its own.
-                primary = promoted;
-                if round < plan.failovers {
-                    let name = format!("standby{}", round + 1);
-                    link = Forwarder::with_delay(primary.port, plan.standby_delay).await;
-                    let next = tokio::task::block_in_place(|| {
-                        Cluster::standby_of(&primary, &name, link.port)
-                    });
-                    primary.replicate(plan.replication, &name).await;
-                    until_streaming(&primary, &name, plan.replication).await;
-                    standby = next;
-                } else {
-                    break;
-                }
-            }
-            // The load goes on a while on the last primary: the checkout must recover by itself.
-            tokio::time::sleep(plan.load_before).await;
-            failing_over.store(false, Ordering::SeqCst);
-            (failovers, primary, address)
-        })
-    };
-
-    let duplicates = drive(&load, shoppers, plan.requests, &failing_over).await;
-    let (failovers, primary, _address) = chaos.await.unwrap();
-    let report = settle(Settling {
-        label: format!("{replication:?}").to_lowercase(),
-        synchronous: replication == Replication::Synchronous,
-        load: &load,
-        duplicates,
-        faults: failovers
-            .into_iter()
-            .map(|at| ("primary lost", at))
-            .collect(),
-        db: &db,
-        receiver: &receiver,
-    })
-    .await;
-    drop(servers);
-    drop(primary);
-    report
 }
 
 /// What a campaign's load left behind, to be settled and counted.
@@ -767,7 +627,7 @@ async fn settle(settling: Settling<'_>) -> FailoverReport {
     report
 }
 
-/// A fault of the campaign on real engines ([`run_ha`]).
+/// A fault of the campaign ([`run`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// SIGKILL to the Patroni leader's PostgreSQL: Patroni promotes the synchronous standby,
@@ -804,37 +664,103 @@ impl Fault {
 }
 
 #[derive(Clone, Debug)]
-pub struct HaPlan {
+pub struct FailoverPlan {
     /// In this order, each after `load_before` of load (and the cluster whole again).
     pub faults: Vec<Fault>,
     pub requests: u64,
     pub clients: usize,
     pub load_before: Duration,
+    /// Patroni's `synchronous_mode`; off, the acknowledged changes a promotion loses are
+    /// counted rather than called violations.
+    pub synchronous: bool,
+    /// One way, between the database nodes (zero: loopback's own).
+    pub link_delay: Duration,
+    /// A three-node RabbitMQ cluster and two `receipts` consumers, whose receipts must match
+    /// the books (required by [`Fault::BrokerNode`]).
+    pub receipts: bool,
 }
 
-/// The campaign on the engines an operator deploys: Patroni (three PostgreSQL nodes,
-/// synchronous mode) over three etcd members, HAProxy in front of both the database and two
-/// checkout instances, a three-node RabbitMQ cluster and two `receipts` consumers. The load
-/// goes through HAProxy; the faults strike in turn. Afterwards, besides the failover
-/// campaign's checks, the receipts must match the books.
-pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> FailoverReport {
-    let broker = Arc::new(
-        tokio::task::spawn_blocking(|| BrokerCluster::start(3))
-            .await
-            .unwrap(),
+/// The receipts' side of a campaign: the broker, the consumers and their database.
+struct Receipts {
+    broker: Arc<BrokerCluster>,
+    consumers: [Consumer; 2],
+    _db: TestDb,
+}
+
+impl Receipts {
+    async fn start(receipts_bin: &str) -> Receipts {
+        let broker = Arc::new(
+            tokio::task::spawn_blocking(|| BrokerCluster::start(3))
+                .await
+                .unwrap(),
+        );
+        let amqp = broker.urls();
+        let db = TestDb::new(checkout_testkit::Backend::Sqlite).await;
+        let env = [("RECEIPTS_PREFETCH", "50")];
+        let consumers = [
+            Consumer::start(receipts_bin, &amqp, &db.url, &env).await,
+            Consumer::start(receipts_bin, &amqp, &db.url, &env).await,
+        ];
+        Receipts {
+            broker,
+            consumers,
+            _db: db,
+        }
+    }
+
+    /// One receipt per payment and refund the books hold, within two minutes: what does not
+    /// match is a violation.
+    async fn check(&self, db: &TestDb, report: &mut FailoverReport) {
+        let expected = (db.scalar("SELECT COUNT(*) FROM payments").await
+            + db.scalar("SELECT COUNT(*) FROM refunds").await) as usize;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.consumers[0].count().await < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let listed = self.consumers[0].listed().await;
+        report.receipts = listed["receipts"].as_array().map(Vec::len);
+        report
+            .violations
+            .extend(mismatches_with_the_books(db, &listed).await);
+        let dead: usize = self
+            .consumers
+            .iter()
+            .map(|c| c.log().matches("message dead-lettered").count())
+            .sum();
+        if dead > 0 {
+            report
+                .violations
+                .push(format!("{dead} messages dead-lettered"));
+        }
+    }
+}
+
+/// The campaign: the deployment of `plan`, the load through HAProxy, the faults in turn, then
+/// the failover checks (and the receipts against the books, when there are receipts).
+pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> FailoverReport {
+    assert!(
+        plan.receipts || !plan.faults.contains(&Fault::BrokerNode),
+        "a RabbitMQ node can be killed only in a campaign with receipts"
     );
-    let amqp = broker.urls();
-    let receipts_db = TestDb::new(checkout_testkit::Backend::Sqlite).await;
-    let consumer_env = [("RECEIPTS_PREFETCH", "50")];
-    let consumers = [
-        Consumer::start(receipts_bin, &amqp, &receipts_db.url, &consumer_env).await,
-        Consumer::start(receipts_bin, &amqp, &receipts_db.url, &consumer_env).await,
-    ];
-    let cluster = Arc::new(HaCluster::start_with_web(2).await);
+    let receipts = if plan.receipts {
+        Some(Receipts::start(receipts_bin).await)
+    } else {
+        None
+    };
+    let broker = receipts.as_ref().map(|r| r.broker.clone());
+    let amqp = broker.as_ref().map(|b| b.urls());
+    let cluster = Arc::new(
+        HaCluster::start_with(HaSettings {
+            web_instances: 2,
+            synchronous: plan.synchronous,
+            link_delay: plan.link_delay,
+        })
+        .await,
+    );
     let db = TestDb::at(cluster.create_database().await);
     let mut servers = Vec::new();
     for port in &cluster.web_ports {
-        servers.push(start_server_at(server_bin, &db, Some(*port), Some(&amqp)).await);
+        servers.push(start_server_at(server_bin, &db, Some(*port), amqp.as_deref()).await);
     }
     let front = format!("http://127.0.0.1:{}", cluster.web_port);
     // HAProxy has seen the instances up.
@@ -904,12 +830,12 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
                         tokio::time::sleep(plan.load_before).await;
                         let port = cluster.web_ports[instance];
                         servers[instance] =
-                            start_server_at(&server_bin, &db, Some(port), Some(&amqp)).await;
+                            start_server_at(&server_bin, &db, Some(port), amqp.as_deref()).await;
                         at
                     }
                     Fault::BrokerNode => {
+                        let broker = broker.clone().expect("a broker");
                         let node = round % broker.nodes.len();
-                        let broker = broker.clone();
                         tokio::task::spawn_blocking(move || {
                             broker.nodes[node].kill();
                             let at = Instant::now();
@@ -939,8 +865,13 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
     let (faults, servers) = chaos.await.unwrap();
     let under_load = sampler.stop();
     let mut report = settle(Settling {
-        label: "patroni".into(),
-        synchronous: true,
+        label: if plan.synchronous {
+            "synchronous"
+        } else {
+            "asynchronous"
+        }
+        .into(),
+        synchronous: plan.synchronous,
         load: &load,
         duplicates,
         faults,
@@ -948,26 +879,8 @@ pub async fn run_ha(plan: &HaPlan, server_bin: &str, receipts_bin: &str) -> Fail
         receiver: &receiver,
     })
     .await;
-    // One receipt per payment and refund the books hold, within two minutes.
-    let expected = (db.scalar("SELECT COUNT(*) FROM payments").await
-        + db.scalar("SELECT COUNT(*) FROM refunds").await) as usize;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while consumers[0].count().await < expected && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let listed = consumers[0].listed().await;
-    report.receipts = listed["receipts"].as_array().map(Vec::len);
-    report
-        .violations
-        .extend(mismatches_with_the_books(&db, &listed).await);
-    let dead: usize = consumers
-        .iter()
-        .map(|c| c.log().matches("message dead-lettered").count())
-        .sum();
-    if dead > 0 {
-        report
-            .violations
-            .push(format!("{dead} messages dead-lettered"));
+    if let Some(receipts) = &receipts {
+        receipts.check(&db, &mut report).await;
     }
     report.idle = Some(idle);
     report.under_load = Some(under_load);

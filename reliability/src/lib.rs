@@ -10,7 +10,6 @@
 
 pub mod failover;
 pub mod footprint;
-pub mod forwarder;
 pub mod receipts;
 
 use std::collections::HashMap;

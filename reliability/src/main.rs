@@ -4,11 +4,10 @@
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
-use checkout_reliability::failover::{self, FailoverPlan, FailoverReport, Fault, HaPlan};
+use checkout_reliability::failover::{self, FailoverPlan, FailoverReport, Fault};
 use checkout_reliability::receipts::{self, ReceiptsPlan, ReceiptsReport};
 use checkout_reliability::{Plan, Report, run};
 use checkout_testkit::Backend;
-use checkout_testkit::postgres::Replication;
 use clap::Parser;
 
 #[derive(Parser)]
@@ -98,23 +97,28 @@ async fn main() -> std::process::ExitCode {
         reports.push((report, started.elapsed()));
     }
     let mut failovers = Vec::new();
-    let replications: &[Replication] = if args.only_receipts || args.only_ha {
+    let synchronous_or_not: &[bool] = if args.only_receipts || args.only_ha {
         &[]
     } else {
-        &[Replication::Synchronous, Replication::Asynchronous]
+        &[true, false]
     };
-    for &replication in replications {
+    for &synchronous in synchronous_or_not {
         let plan = FailoverPlan {
-            replication,
-            failovers: args.failovers,
+            faults: vec![Fault::LeaderPostgres; args.failovers as usize],
             requests: args.failover_requests,
-            clients: args.clients,
-            load_before: Duration::from_secs(4),
-            detection: Duration::from_millis(300),
-            standby_delay: Duration::from_millis(20),
+            clients: args.clients.min(8),
+            load_before: Duration::from_secs(3),
+            synchronous,
+            link_delay: Duration::from_millis(20),
+            receipts: false,
         };
         let started = Instant::now();
-        let report = failover::run(&plan, server_bin.to_str().unwrap()).await;
+        let report = failover::run(
+            &plan,
+            server_bin.to_str().unwrap(),
+            receipts_bin.to_str().unwrap(),
+        )
+        .await;
         told(&report.summary(), &report.violations, started.elapsed());
         failovers.push((report, started.elapsed()));
     }
@@ -145,14 +149,17 @@ async fn main() -> std::process::ExitCode {
     }
     let mut ha_reports = Vec::new();
     if !(args.only_failover || args.only_receipts) && args.ha_rounds > 0 {
-        let plan = HaPlan {
+        let plan = FailoverPlan {
             faults: (0..args.ha_rounds).flat_map(|_| Fault::ALL).collect(),
             requests: args.failover_requests,
             clients: args.clients.min(8),
             load_before: Duration::from_secs(3),
+            synchronous: true,
+            link_delay: Duration::ZERO,
+            receipts: true,
         };
         let started = Instant::now();
-        let report = failover::run_ha(
+        let report = failover::run(
             &plan,
             server_bin.to_str().unwrap(),
             receipts_bin.to_str().unwrap(),
@@ -224,7 +231,7 @@ fn markdown(
 
 fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport, Duration)]) {
     writeln!(md, "\n## Losing the PostgreSQL primary\n").unwrap();
-    writeln!(md, "Each run: a durable primary streams its WAL to a standby over a link that delays every byte 20 ms each way (a standby in another zone); two checkout instances reach \"the primary\" through an address the harness moves (its own TCP forwarder, see `reliability/src/forwarder.rs`). {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund under load; {} times the primary's machine dies (SIGKILL to the postmaster and every backend at once, the link cut with whatever it still carried), 300 ms later (a failover manager's decision) the standby is promoted with `pg_ctl promote` and the address moved to it; a new standby is then made from the new primary (`pg_basebackup`) before the next loss. The old primary never starts again. Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs on the last primary.\n", args.clients, args.failovers).unwrap();
+    writeln!(md, "Written by `scripts/campaign` (`--only-failover` for this section alone). Each run: the cluster of `scripts/cluster` without the broker (three etcd members, three PostgreSQL 15 nodes under Patroni, HAProxy in front of the database and of two checkout instances), the nodes streaming their WAL to each other over a link that delays every byte 20 ms each way (a standby in another zone: `testkit/src/slow_link.rs`, advertised as each node's `connect_address`, so replication and `pg_rewind` cross it while HAProxy reaches the nodes directly). Patroni runs with `synchronous_mode` in one run and with asynchronous replication in the other. {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load the Patroni leader's PostgreSQL is SIGKILLed ({} times), and its link is cut with whatever it still carried; Patroni promotes a replica (`master_start_timeout: 0`), HAProxy follows its `GET /primary`, and the next loss waits until the old leader is back as a replica (`pg_rewind`). Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs.\n", args.clients.min(8), args.failovers).unwrap();
     writeln!(md, "| replication | failovers survived | requests | acknowledged payments / refunds | acknowledged and lost | sessions / refusals lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | unavailable per failover (median, max) | events (undelivered, of lost changes) | verify | violations | time |").unwrap();
     writeln!(
         md,
@@ -260,9 +267,9 @@ fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport,
         )
         .unwrap();
     }
-    writeln!(md, "\n\"acknowledged and lost\": payments and refunds a client received `2xx` for that the promoted standby did not have; their keys, resent, ran again (one debit in the end, with a new payment id: the shopper's first receipt names a payment that no longer exists). \"sessions / refusals lost\": the same for sessions a shop was given and for stored refusals (a `402`, a `409`) a client was given: resent, the request ran again and could be answered otherwise. \"requests\" counts every request sent during the load, copies included: the synchronous run sends fewer in the same time because each commit waits a round trip to the standby. With a synchronous standby a commit is answered only once the standby has its WAL, so this must be 0, and is. With an asynchronous one, what the primary committed in the last ~20 ms before it died is gone. Why the checkout needs the synchronous standby is in the section below. \"unavailable\": from the primary's death to the first `2xx` for a request sent after it. A bounded version (one loss each way) runs in `scripts/test` (`reliability/tests/failover.rs`).\n").unwrap();
+    writeln!(md, "\n\"acknowledged and lost\": payments and refunds a client received `2xx` for that the promoted standby did not have; their keys, resent, ran again (one debit in the end, with a new payment id: the shopper's first receipt names a payment that no longer exists). \"sessions / refusals lost\": the same for sessions a shop was given and for stored refusals (a `402`, a `409`) a client was given: resent, the request ran again and could be answered otherwise. \"requests\" counts every request sent during the load, copies included; the load lasts until the old leader is back, so the runs' lengths differ. With a synchronous standby a commit is answered only once the standby has its WAL, so \"acknowledged and lost\" must be 0, and is. With an asynchronous one, what the primary committed in the last ~20 ms before it died is gone. Why the checkout needs the synchronous standby is in the section below. \"unavailable\": from the leader's death to the first `2xx` for a request sent after it (Patroni's loop, 1 s here, notices it; a replica is promoted; HAProxy's check, every 300 ms, follows). A bounded version (one loss each way) runs in `scripts/test` (`reliability/tests/failover.rs`).\n").unwrap();
     writeln!(md, "### Why a synchronous standby\n").unwrap();
-    writeln!(md, "The checkout's promise is that an acknowledged payment exists: the shopper was shown «Оплачено», the shop shipped the order. Asynchronous replication breaks that promise on every failover by whatever the last moments held, even though the books still balance and nobody is charged twice (each lost payment's key is gone with it, so its resend is a first execution: one debit). What a shop then sees is worse than a decline: a receipt for a payment id that the checkout no longer knows, and (had the webhook already gone out) an event for it. With `synchronous_commit = on` and the standby named in `synchronous_standby_names`, the price is one round trip to the standby per commit (20 ms here, which is why the synchronous run moves less money in the same time) and a primary that stops committing when its only standby is gone: run two standbys with `ANY 1 (s1, s2)`, or let the failover manager (Patroni's `synchronous_mode`) drop to asynchronous only while no standby is healthy and never promote a standby that was not synchronous.").unwrap();
+    writeln!(md, "The checkout's promise is that an acknowledged payment exists: the shopper was shown «Оплачено», the shop shipped the order. Asynchronous replication breaks that promise on every failover by whatever the last moments held, even though the books still balance and nobody is charged twice (each lost payment's key is gone with it, so its resend is a first execution: one debit). What a shop then sees is worse than a decline: a receipt for a payment id that the checkout no longer knows, and (had the webhook already gone out) an event for it. With Patroni's `synchronous_mode` (it names the synchronous standby in `synchronous_standby_names` itself, and promotes only that one), the price is one round trip to the standby per commit (40 ms here), and, with `synchronous_mode_strict` off as here, a leader that drops to asynchronous only while no replica is healthy.").unwrap();
     for (r, _) in failovers {
         for v in &r.violations {
             writeln!(md, "- VIOLATION ({}): {v}", r.replication).unwrap();
@@ -336,7 +343,7 @@ const HA_HEADING: &str = "## Beyond one machine: Patroni, etcd, HAProxy, a Rabbi
 fn ha_markdown(reports: &[(FailoverReport, Duration)]) -> String {
     let mut md = String::new();
     writeln!(md, "{HA_HEADING}\n").unwrap();
-    writeln!(md, "Written by `scripts/campaign` (`--only-ha` for this section alone). The deployment of `scripts/cluster`, from Debian's packages: three etcd members, three PostgreSQL 15 nodes under Patroni 3.0.2 (`synchronous_mode`, `master_start_timeout: 0`, `pg_rewind`), HAProxy 2.6 in front of the database (Patroni's `GET /primary`) and of two checkout instances, a three-node RabbitMQ 3.10.8 cluster with two `receipts` consumers. Clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load one fault strikes, in turn: the Patroni leader's PostgreSQL SIGKILLed (the synchronous standby is promoted; the next fault waits until the old leader is back as a replica), an etcd member SIGKILLed (restarted 3 s later), a RabbitMQ node SIGKILLed (and started again), a checkout instance SIGKILLed (restarted 3 s later on its port), HAProxy SIGKILLed and started again. Afterwards every request without a definite answer is resent with its key, every event is left to be delivered, `verify` runs, and the receipts are compared with the books. No forwarder of ours: every address is HAProxy's. A bounded version (one fault of each kind) runs in `scripts/test` (`reliability/tests/ha.rs`).\n").unwrap();
+    writeln!(md, "Written by `scripts/campaign` (`--only-ha` for this section alone). The deployment of `scripts/cluster`, from Debian's packages: three etcd members, three PostgreSQL 15 nodes under Patroni 3.0.2 (`synchronous_mode`, `master_start_timeout: 0`, `pg_rewind`), HAProxy 2.6 in front of the database (Patroni's `GET /primary`) and of two checkout instances, a three-node RabbitMQ 3.10.8 cluster with two `receipts` consumers. Clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load one fault strikes, in turn: the Patroni leader's PostgreSQL SIGKILLed (the synchronous standby is promoted; the next fault waits until the old leader is back as a replica), an etcd member SIGKILLed (restarted 3 s later), a RabbitMQ node SIGKILLed (and started again), a checkout instance SIGKILLed (restarted 3 s later on its port), HAProxy SIGKILLed and started again. Afterwards every request without a definite answer is resent with its key, every event is left to be delivered, `verify` runs, and the receipts are compared with the books. No forwarder of ours: every address is HAProxy's, and the nodes reach each other directly. A bounded version (one fault of each kind) runs in `scripts/test` (`reliability/tests/ha.rs`).\n").unwrap();
     writeln!(md, "| faults | requests | acknowledged payments / refunds | acknowledged and lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | events (undelivered) | outbox drained after the load | receipts match the books | verify | violations | time |").unwrap();
     writeln!(
         md,

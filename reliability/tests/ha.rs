@@ -9,20 +9,23 @@
 
 use std::time::Duration;
 
-use checkout_reliability::failover::{Fault, HaPlan, run_ha};
+use checkout_reliability::failover::{FailoverPlan, Fault, run};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server-chaos");
 const RECEIPTS: &str = env!("CARGO_BIN_EXE_receipts-chaos");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_patroni_etcd_and_haproxy_no_fault_loses_or_doubles_a_payment() {
-    let plan = HaPlan {
+    let plan = FailoverPlan {
         faults: Fault::ALL.to_vec(),
         requests: 300,
         clients: 8,
         load_before: Duration::from_secs(2),
+        synchronous: true,
+        link_delay: Duration::ZERO,
+        receipts: true,
     };
-    let report = run_ha(&plan, SERVER, RECEIPTS).await;
+    let report = run(&plan, SERVER, RECEIPTS).await;
     eprintln!("{}", report.summary());
     for (fault, outage) in &report.outages_by_fault {
         eprintln!("  {fault}: first payment after it answered in {outage:.2?}");

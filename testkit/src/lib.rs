@@ -10,6 +10,7 @@ pub mod postgres;
 pub mod rabbitmq;
 pub mod receipts;
 pub mod receiver;
+pub mod slow_link;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -110,7 +111,7 @@ impl TestDb {
         }
     }
 
-    /// A database some other part of the test made (reached through a forwarder, say).
+    /// A database some other part of the test made (behind HAProxy, say).
     pub fn at(url: String) -> TestDb {
         sqlx::any::install_default_drivers();
         TestDb {

@@ -1,8 +1,11 @@
 //! A highly available PostgreSQL as an operator deploys one, on loopback, from Debian's packages:
 //! three etcd members (the consensus store), three PostgreSQL nodes each under Patroni
-//! (`synchronous_mode`: a commit is acknowledged only once a standby has it), and HAProxy in
-//! front, routing connections to whichever node Patroni's REST API says is the primary
-//! (`GET /primary` answers `200` there only). Clients know one address: HAProxy's.
+//! (`synchronous_mode`: a commit is acknowledged only once a standby has it; or, to show what
+//! that buys, asynchronous replication), and HAProxy in front, routing connections to whichever
+//! node Patroni's REST API says is the primary (`GET /primary` answers `200` there only).
+//! Clients know one address: HAProxy's. The nodes can be made to stream to each other over a
+//! [`SlowLink`] (another zone's distance): each advertises the link as its `connect_address`,
+//! so replication, base backups and `pg_rewind` cross it while HAProxy reaches each directly.
 //!
 //! Faults a test can cause: SIGKILL the leader's PostgreSQL (Patroni gives up on restarting it,
 //! `master_start_timeout: 0`, and the synchronous standby is promoted), SIGKILL an etcd member
@@ -17,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::postgres::{is_root, run_after_tests_exit, stable_port};
+use crate::slow_link::SlowLink;
 
 /// The programs: where Debian keeps them, unless the installer's settings say otherwise.
 fn program(setting: &str, debian: &str) -> String {
@@ -46,7 +50,30 @@ pub const EDGE_GUESSES_PER_MINUTE: u32 = 30;
 /// How long the whole cluster may take to come up, or to settle after a fault.
 const SETTLE_WITHIN: Duration = Duration::from_secs(90);
 
+/// What kind of cluster [`HaCluster::start_with`] makes.
+#[derive(Clone, Debug)]
+pub struct HaSettings {
+    /// Checkout instances HAProxy balances (the test starts them on `web_ports`).
+    pub web_instances: usize,
+    /// Patroni's `synchronous_mode`: a commit waits for a standby, and only a synchronous
+    /// standby is promoted. Off: replicas follow as fast as they can.
+    pub synchronous: bool,
+    /// One way, between the nodes (replication's network); zero: none of ours in between.
+    pub link_delay: Duration,
+}
+
+impl Default for HaSettings {
+    fn default() -> HaSettings {
+        HaSettings {
+            web_instances: 0,
+            synchronous: true,
+            link_delay: Duration::ZERO,
+        }
+    }
+}
+
 pub struct HaCluster {
+    settings: HaSettings,
     dir: PathBuf,
     etcd: Vec<EtcdMember>,
     pub nodes: Vec<PgNode>,
@@ -73,6 +100,8 @@ pub struct PgNode {
     pub pg_port: u16,
     /// Patroni's REST API.
     pub rest_port: u16,
+    /// The other nodes' way to it (its `connect_address`): the slow link, if there is one.
+    link: Option<SlowLink>,
     data: PathBuf,
     config: PathBuf,
     process: Mutex<Option<Child>>,
@@ -127,12 +156,21 @@ impl HaCluster {
     /// The whole cluster, up: a leader, a synchronous standby and a replica, all streaming,
     /// and HAProxy sending connections to the leader (about 10 s).
     pub async fn start() -> HaCluster {
-        HaCluster::start_with_web(0).await
+        HaCluster::start_with(HaSettings::default()).await
     }
 
     /// The same, HAProxy also in front of `instances` checkout instances, which the test
     /// starts on [`web_ports`](Self::web_ports).
     pub async fn start_with_web(instances: usize) -> HaCluster {
+        HaCluster::start_with(HaSettings {
+            web_instances: instances,
+            ..HaSettings::default()
+        })
+        .await
+    }
+
+    /// A cluster as `settings` say.
+    pub async fn start_with(settings: HaSettings) -> HaCluster {
         for program in [patroni(), etcd(), haproxy()] {
             assert!(
                 Path::new(&program).exists(),
@@ -166,20 +204,29 @@ impl HaCluster {
                 process: Mutex::new(None),
             })
             .collect();
-        let nodes: Vec<PgNode> = (0..3)
-            .map(|i| PgNode {
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let pg_port = stable_port();
+            let link = if settings.link_delay.is_zero() {
+                None
+            } else {
+                Some(SlowLink::start(pg_port, settings.link_delay).await)
+            };
+            nodes.push(PgNode {
                 name: format!("pg{i}"),
-                pg_port: stable_port(),
+                pg_port,
                 rest_port: stable_port(),
+                link,
                 data: dir.join(format!("pg{i}")),
                 config: dir.join(format!("pg{i}.yml")),
                 process: Mutex::new(None),
-            })
-            .collect();
+            });
+        }
         let cluster = HaCluster {
             port: stable_port(),
             web_port: stable_port(),
-            web_ports: (0..instances).map(|_| stable_port()).collect(),
+            web_ports: (0..settings.web_instances).map(|_| stable_port()).collect(),
+            settings,
             dir,
             etcd,
             nodes,
@@ -221,15 +268,17 @@ impl HaCluster {
         cluster
     }
 
-    /// A leader, a synchronous standby, the third streaming; HAProxy reaches the leader.
+    /// A leader and two replicas streaming (one a synchronous standby, in synchronous mode);
+    /// HAProxy reaches the leader.
     pub async fn until_whole(&self) {
         // (Patroni 3.0 calls a replica that streams `running`; later ones `streaming`.)
         let up = |m: &Member| m.state == "running" || m.state == "streaming";
-        self.settle("a leader, a synchronous standby and a replica", |members| {
+        let synchronous = self.settings.synchronous;
+        self.settle("a leader and two replicas streaming", |members| {
             members.len() == 3
                 && members.iter().all(up)
                 && members.iter().any(|m| m.role == "leader")
-                && members.iter().any(|m| m.role == "sync_standby")
+                && (!synchronous || members.iter().any(|m| m.role == "sync_standby"))
         })
         .await;
         self.until_writable().await;
@@ -331,9 +380,13 @@ impl HaCluster {
         crate::postgres::create_database(|database| self.url(database)).await
     }
 
-    /// SIGKILL to node `i`'s postmaster and every process under it at once (Patroni lives on).
+    /// SIGKILL to node `i`'s postmaster and every process under it at once (Patroni lives on);
+    /// its link, if it has one, is cut with whatever WAL was still on its way.
     pub fn kill_postgres(&self, i: usize) {
         crate::postgres::kill_postmaster(&self.nodes[i].data);
+        if let Some(link) = &self.nodes[i].link {
+            link.cut();
+        }
     }
 
     /// SIGKILL to etcd member `i`.
@@ -441,9 +494,10 @@ bootstrap:
     loop_wait: 1
     retry_timeout: 4
     maximum_lag_on_failover: 1048576
-    # A commit is acknowledged once a standby has it; the leader's PostgreSQL that crashes is
-    # not restarted as the leader (a standby with every acknowledged commit is promoted).
-    synchronous_mode: true
+    # A commit is acknowledged once a standby has it (unless this cluster shows what
+    # asynchronous replication loses); the leader's PostgreSQL that crashes is not restarted as
+    # the leader (a standby with every acknowledged commit is promoted).
+    synchronous_mode: {synchronous}
     master_start_timeout: 0
     postgresql:
       use_pg_rewind: true
@@ -462,7 +516,7 @@ bootstrap:
     - locale: C
 postgresql:
   listen: 127.0.0.1:{pg}
-  connect_address: 127.0.0.1:{pg}
+  connect_address: 127.0.0.1:{connect}
   data_dir: {data}
   bin_dir: {bin}
   pgpass: {dir}/{name}.pgpass
@@ -486,7 +540,9 @@ postgresql:
             name = node.name,
             rest = node.rest_port,
             hosts = hosts.join(","),
+            synchronous = self.settings.synchronous,
             pg = node.pg_port,
+            connect = node.link.as_ref().map_or(node.pg_port, |link| link.port),
             data = node.data.display(),
             bin = pg_bin(),
             dir = self.dir.display(),

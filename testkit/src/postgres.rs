@@ -170,151 +170,8 @@ fn cluster_dir() -> PathBuf {
     dir
 }
 
-/// Appends `settings` to a configuration file of the cluster (later lines win).
-fn append(file: &Path, settings: &str) {
-    let mut text = std::fs::read_to_string(file).unwrap_or_default();
-    text.push('\n');
-    text.push_str(settings);
-    text.push('\n');
-    std::fs::write(file, text).unwrap();
-}
-
-/// How a primary's commits wait for its standby.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replication {
-    /// `synchronous_standby_names` names the standby and `synchronous_commit = on`: a commit
-    /// is answered only once the standby has its WAL on disk.
-    Synchronous,
-    /// The standby follows as fast as it can; a commit does not wait for it.
-    Asynchronous,
-}
-
 impl Cluster {
-    /// A durable primary of its own (not shared by the tests of the binary) that streams its WAL
-    /// to standbys; stopped and removed when this process exits.
-    pub fn replicated_primary() -> Cluster {
-        Cluster::start_with(
-            true,
-            "wal_level = replica\nmax_wal_senders = 10\nwal_keep_size = '256MB'\n\
-             hot_standby = on\nsynchronous_commit = on\n",
-        )
-    }
-
-    /// A streaming standby of `primary` (a base backup of it, on its own port), named `name`
-    /// for `synchronous_standby_names`, streaming through `127.0.0.1:stream_port` (the
-    /// primary's port, or a link in front of it). It reads only, until [`Cluster::promote`].
-    pub fn standby_of(primary: &Cluster, name: &str, stream_port: u16) -> Cluster {
-        let bin = primary.bin.clone();
-        let dir = cluster_dir();
-        let data = dir.join("data");
-        let out = pg_command(&bin, "pg_basebackup")
-            .args(["-D"])
-            .arg(&data)
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &primary.port.to_string(),
-                "-U",
-                "postgres",
-            ])
-            .args(["-R", "-X", "stream", "--checkpoint=fast"])
-            .output()
-            .expect("pg_basebackup runs");
-        assert!(
-            out.status.success(),
-            "pg_basebackup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let port = free_port();
-        // The base backup copied the primary's settings; the standby has its own port and name,
-        // and waits for no standby of its own once promoted (until it is given one).
-        append(
-            &data.join("postgresql.auto.conf"),
-            &format!(
-                "port = {port}\nunix_socket_directories = '{}'\ncluster_name = '{name}'\n\
-                 synchronous_standby_names = ''\n\
-                 primary_conninfo = 'host=127.0.0.1 port={stream_port} user=postgres \
-                 application_name={name}'",
-                dir.display()
-            ),
-        );
-        let standby = Cluster {
-            port,
-            dir,
-            bin,
-            data,
-        };
-        standby.start_server();
-        standby.stop_when_tests_exit();
-        standby
-    }
-
-    /// Makes this primary's commits wait for `standby` (or for no one) from now on.
-    pub async fn replicate(&self, replication: Replication, standby: &str) {
-        let names = match replication {
-            Replication::Synchronous => standby,
-            Replication::Asynchronous => "",
-        };
-        sqlx::any::install_default_drivers();
-        let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
-            .await
-            .expect("connect to the primary");
-        sqlx::query(&format!(
-            "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
-        ))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-        sqlx::query("SELECT pg_reload_conf()")
-            .execute(&mut admin)
-            .await
-            .unwrap();
-    }
-
-    /// How `standby` streams from this primary (`sync`, `async`…), once it does.
-    pub async fn standby_state(&self, standby: &str) -> Option<String> {
-        sqlx::any::install_default_drivers();
-        sqlx::any::install_default_drivers();
-        let mut admin: sqlx::AnyConnection = sqlx::Connection::connect(&self.url("postgres"))
-            .await
-            .ok()?;
-        sqlx::query_scalar(&format!(
-            "SELECT sync_state::text FROM pg_stat_replication \
-              WHERE application_name = '{standby}' AND state = 'streaming'"
-        ))
-        .fetch_optional(&mut admin)
-        .await
-        .ok()
-        .flatten()
-    }
-
-    /// The machine under the primary dies: SIGKILL to the postmaster and every process of
-    /// the cluster at once. It is never started again.
-    pub fn kill(&self) {
-        kill_postmaster(&self.data);
-    }
-
-    /// `pg_ctl promote`: the standby becomes a primary (waits until it accepts writes).
-    pub fn promote(&self) {
-        let out = pg_command(&self.bin, "pg_ctl")
-            .args(["-D"])
-            .arg(&self.data)
-            .args(["-w", "-t", "60", "promote"])
-            .output()
-            .expect("pg_ctl runs");
-        assert!(
-            out.status.success(),
-            "pg_ctl promote failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
     fn start(durable: bool) -> Cluster {
-        Cluster::start_with(durable, "")
-    }
-
-    fn start_with(durable: bool, more_settings: &str) -> Cluster {
         let bin = bin_dir();
         let dir = cluster_dir();
         let data = dir.join("data");
@@ -346,7 +203,7 @@ impl Cluster {
         };
         let settings = format!(
             "port = {port}\nunix_socket_directories = '{}'\nlisten_addresses = '127.0.0.1'\n\
-             max_connections = 300\n{speed}{more_settings}",
+             max_connections = 300\n{speed}",
             dir.display()
         );
         let conf = data.join("postgresql.conf");

@@ -1,0 +1,99 @@
+//! A slow link between two machines: a TCP forwarder in front of a port on which every byte
+//! arrives `delay` later in either direction, as between a primary and its standby in another
+//! zone. [`SlowLink::cut`] is the far machine dying with its network: the open connections are
+//! closed, and the bytes still on their way are lost (new connections go through again, for
+//! whoever takes the address over later).
+//!
+//! It stands only for distance: every failover in the tests is Patroni's and HAProxy's.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub struct SlowLink {
+    pub port: u16,
+    cuts: watch::Sender<u64>,
+    task: JoinHandle<()>,
+}
+
+impl SlowLink {
+    /// Listens on a free loopback port, forwarding to `127.0.0.1:target`, each byte arriving
+    /// `delay` later in either direction.
+    pub async fn start(target: u16, delay: Duration) -> SlowLink {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cuts, cut) = watch::channel(0u64);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut cut = cut.clone();
+                cut.mark_unchanged();
+                tokio::spawn(async move {
+                    // A target that refuses (its machine is down): the client's connection is
+                    // closed at once, as a dead address would be.
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (from_client, to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
+                    tokio::select! {
+                        () = delayed(from_client, to_server, delay) => {}
+                        () = delayed(from_server, to_client, delay) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        SlowLink { port, cuts, task }
+    }
+
+    /// Cuts every open connection, dropping what is still on its way.
+    pub fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
+    }
+}
+
+/// Copies `from` to `to`, each chunk written `delay` after it was read; ends when either side
+/// closes.
+async fn delayed(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    let (chunks, mut arriving) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let reading = async move {
+        let mut buffer = vec![0u8; 64 * 1024];
+        while let Ok(n) = from.read(&mut buffer).await {
+            if n == 0
+                || chunks
+                    .send((Instant::now() + delay, buffer[..n].to_vec()))
+                    .is_err()
+            {
+                break;
+            }
+        }
+    };
+    let writing = async move {
+        while let Some((due, chunk)) = arriving.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::join!(reading, writing);
+}
+
+impl Drop for SlowLink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
