@@ -176,6 +176,9 @@ async fn main() -> std::process::ExitCode {
     } else {
         markdown(&args, &reports, &failovers, verify_cost.as_deref())
     };
+    if only && !failovers.is_empty() {
+        md = replace_section(&md, FAILOVER_HEADING, &failover_markdown(&args, &failovers));
+    }
     if !receipt_reports.is_empty() {
         md = replace_section(
             &md,
@@ -219,7 +222,8 @@ fn markdown(
         campaign_markdown(&mut md, args, reports);
     }
     if !failovers.is_empty() {
-        failover_markdown(&mut md, args, failovers);
+        md.push('\n');
+        md.push_str(&failover_markdown(args, failovers));
     }
     if let Some(table) = verify_cost {
         writeln!(md, "\n## `checkout-server verify` on a large database\n").unwrap();
@@ -229,20 +233,24 @@ fn markdown(
     md
 }
 
-fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport, Duration)]) {
-    writeln!(md, "\n## Losing the PostgreSQL primary\n").unwrap();
+const FAILOVER_HEADING: &str = "## Losing the PostgreSQL primary";
+
+fn failover_markdown(args: &Args, failovers: &[(FailoverReport, Duration)]) -> String {
+    let mut md = String::new();
+    let md = &mut md;
+    writeln!(md, "{FAILOVER_HEADING}\n").unwrap();
     writeln!(md, "Written by `scripts/campaign` (`--only-failover` for this section alone). Each run: the cluster of `scripts/cluster` without the broker (three etcd members, three PostgreSQL 15 nodes under Patroni, HAProxy in front of the database and of two checkout instances), the nodes streaming their WAL to each other over a link that delays every byte 20 ms each way (a standby in another zone: `testkit/src/slow_link.rs`, advertised as each node's `connect_address`, so replication and `pg_rewind` cross it while HAProxy reaches the nodes directly). Patroni runs with `synchronous_mode` in one run and with asynchronous replication in the other. {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load the Patroni leader's PostgreSQL is SIGKILLed ({} times), and its link is cut with whatever it still carried; Patroni promotes a replica (`master_start_timeout: 0`), HAProxy follows its `GET /primary`, and the next loss waits until the old leader is back as a replica (`pg_rewind`). Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs.\n", args.clients.min(8), args.failovers).unwrap();
-    writeln!(md, "| replication | failovers survived | requests | acknowledged payments / refunds | acknowledged and lost | sessions / refusals lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | unavailable per failover (median, max) | events (undelivered, of lost changes) | verify | violations | time |").unwrap();
+    writeln!(md, "| replication | failovers survived | requests | acknowledged payments / refunds | acknowledged and lost | sessions / refusals lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | unavailable per failover (median, max) | events (undelivered, of lost changes) | outbox drained after the load | verify | violations | time |").unwrap();
     writeln!(
         md,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     .unwrap();
     for (r, took) in failovers {
         let (median, max) = r.outage_median_max();
         writeln!(
             md,
-            "| {} | {} | {} | {} / {} | **{}** | {} / {} | **{}** | **{}** | {} ({}) | {} / {} | {median:.2} s, {max:.2} s | {} ({}, {}) | {} ({:.2} s) | **{}** | {:.0} s |",
+            "| {} | {} | {} | {} / {} | **{}** | {} / {} | **{}** | **{}** | {} ({}) | {} / {} | {median:.2} s, {max:.2} s | {} ({}, {}) | {} | {} ({:.2} s) | **{}** | {:.0} s |",
             r.replication,
             r.failovers,
             r.requests,
@@ -260,6 +268,7 @@ fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport,
             r.events,
             r.events_undelivered,
             r.events_of_lost_changes,
+            r.drained_after.map_or("not within 60 s".into(), |d| format!("{:.1} s", d.as_secs_f64())),
             if r.verify_holds { "holds" } else { "BROKEN" },
             r.verify_took.as_secs_f64(),
             r.violations.len(),
@@ -267,7 +276,7 @@ fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport,
         )
         .unwrap();
     }
-    writeln!(md, "\n\"acknowledged and lost\": payments and refunds a client received `2xx` for that the promoted standby did not have; their keys, resent, ran again (one debit in the end, with a new payment id: the shopper's first receipt names a payment that no longer exists). \"sessions / refusals lost\": the same for sessions a shop was given and for stored refusals (a `402`, a `409`) a client was given: resent, the request ran again and could be answered otherwise. \"requests\" counts every request sent during the load, copies included; the load lasts until the old leader is back, so the runs' lengths differ. With a synchronous standby a commit is answered only once the standby has its WAL, so \"acknowledged and lost\" must be 0, and is. With an asynchronous one, what the primary committed in the last ~20 ms before it died is gone. Why the checkout needs the synchronous standby is in the section below. \"unavailable\": from the leader's death to the first `2xx` for a request sent after it (Patroni's loop, 1 s here, notices it; a replica is promoted; HAProxy's check, every 300 ms, follows). A bounded version (one loss each way) runs in `scripts/test` (`reliability/tests/failover.rs`).\n").unwrap();
+    writeln!(md, "\n\"acknowledged and lost\": payments and refunds a client received `2xx` for that the promoted standby did not have; their keys, resent, ran again (one debit in the end, with a new payment id: the shopper's first receipt names a payment that no longer exists). \"sessions / refusals lost\": the same for sessions a shop was given and for stored refusals (a `402`, a `409`) a client was given: resent, the request ran again and could be answered otherwise. \"requests\" counts every request sent during the load, copies included; the load lasts until the old leader is back, so the runs' lengths differ. With a synchronous standby a commit is answered only once the standby has its WAL, so \"acknowledged and lost\" must be 0, and is. With an asynchronous one, what the primary committed in the last ~20 ms before it died is gone. Why the checkout needs the synchronous standby is in the section below. \"outbox drained\": from the end of the load to the last event delivered; the campaign's one shop receives every event, and a shop has at most 8 deliveries in flight across instances (`CHECKOUT_WEBHOOK_PER_SHOP`), each costing two commits that, with a synchronous standby, wait the 40 ms round trip: the synchronous run's outbox can trail its load by tens of seconds (with the share at 32, in one trial run, it drained at once). \"unavailable\": from the leader's death to the first `2xx` for a request sent after it (Patroni's loop, 1 s here, notices it; a replica is promoted; HAProxy's check, every 300 ms, follows). A bounded version (one loss each way) runs in `scripts/test` (`reliability/tests/failover.rs`).\n").unwrap();
     writeln!(md, "### Why a synchronous standby\n").unwrap();
     writeln!(md, "The checkout's promise is that an acknowledged payment exists: the shopper was shown «Оплачено», the shop shipped the order. Asynchronous replication breaks that promise on every failover by whatever the last moments held, even though the books still balance and nobody is charged twice (each lost payment's key is gone with it, so its resend is a first execution: one debit). What a shop then sees is worse than a decline: a receipt for a payment id that the checkout no longer knows, and (had the webhook already gone out) an event for it. With Patroni's `synchronous_mode` (it names the synchronous standby in `synchronous_standby_names` itself, and promotes only that one), the price is one round trip to the standby per commit (40 ms here), and, with `synchronous_mode_strict` off as here, a leader that drops to asynchronous only while no replica is healthy.").unwrap();
     for (r, _) in failovers {
@@ -275,6 +284,7 @@ fn failover_markdown(md: &mut String, args: &Args, failovers: &[(FailoverReport,
             writeln!(md, "- VIOLATION ({}): {v}", r.replication).unwrap();
         }
     }
+    std::mem::take(md)
 }
 
 fn campaign_markdown(md: &mut String, args: &Args, reports: &[(Report, Duration)]) {

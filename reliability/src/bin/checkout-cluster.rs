@@ -12,8 +12,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use checkout_testkit::patroni::HaCluster;
 use checkout_testkit::add_shop_with;
+use checkout_testkit::patroni::HaCluster;
 use checkout_testkit::postgres::free_port;
 use checkout_testkit::rabbitmq::BrokerCluster;
 
@@ -123,7 +123,10 @@ async fn main() {
         ),
         ("CHECKOUT_URL", format!("{front}/")),
         ("SHOP_CREDENTIALS_FILE", credentials.display().to_string()),
-        ("SHOP_STAFF_PASSWORD_HASH", hash_password(demo_shop, &staff_password)),
+        (
+            "SHOP_STAFF_PASSWORD_HASH",
+            hash_password(demo_shop, &staff_password),
+        ),
     ];
     children.push(start(
         demo_shop,
@@ -135,9 +138,7 @@ async fn main() {
     println!("up in {:.1} s", started.elapsed().as_secs_f64());
     println!("the demo shop (open this): {shop_url}/");
     println!("  its back office: {shop_url}/admin  (password {staff_password})");
-    println!(
-        "the checkout (2 instances behind HAProxy): {front}/  (the API: {front}/api/docs)"
-    );
+    println!("the checkout (2 instances behind HAProxy): {front}/  (the API: {front}/api/docs)");
     println!(
         "  its instances: {}",
         cluster
