@@ -28,6 +28,7 @@ checkout_testkit::on_both_databases!(
     events_are_listed_newest_first_in_pages,
     a_session_that_lapses_unpaid_is_told_to_its_shop,
     a_rolled_signing_secret_signs_beside_the_old_one_until_the_overlap_ends,
+    a_payments_events_carry_its_versions_in_order,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -726,5 +727,80 @@ async fn a_rolled_signing_secret_signs_beside_the_old_one_until_the_overlap_ends
         ))
         .await;
     assert_eq!(live, 1);
+    w.db.assert_invariants().await;
+}
+
+/// Every event carries the version its object is left at (`sequence`): a payment's event 1,
+/// each refund's one more, and a refund refused for the shop's balance takes no number. A
+/// receiver that applied sequence 3 can tell that a redelivered 2 is older.
+async fn a_payments_events_carry_its_versions_in_order(backend: Backend) {
+    let w = world(backend).await;
+    let payment = pay(&w, "ORD-SEQ", 30_000).await;
+    let other = pay(&w, "ORD-SEQ-2", 1_000).await;
+    // (The last refund folds the second payment's credit into the shop's balance.)
+    for amount in [10_000, 5_000, 100] {
+        let refunded = w.shop.refund(&payment, &new_key(), amount).await;
+        assert_eq!(refunded.status, StatusCode::CREATED, "{}", refunded.body);
+    }
+    // A shop that holds nothing (its balance emptied behind the server's back, restored
+    // after): the refund is refused, and the payment's version goes back with it.
+    let balance =
+        w.db.scalar(&format!(
+            "SELECT a.balance FROM accounts a JOIN shops s ON s.account_id = a.account_id \
+              WHERE s.shop_id = '{}' AND s.livemode = 0",
+            w.shop.shop_id
+        ))
+        .await;
+    w.db.execute(&format!(
+        "UPDATE accounts SET balance = 0 WHERE account_id = \
+           (SELECT account_id FROM shops WHERE shop_id = '{}' AND livemode = 0)",
+        w.shop.shop_id
+    ))
+    .await;
+    let refused = w.shop.refund(&other, &new_key(), 500).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{}",
+        refused.body
+    );
+    w.db.execute(&format!(
+        "UPDATE accounts SET balance = {balance} WHERE account_id = \
+           (SELECT account_id FROM shops WHERE shop_id = '{}' AND livemode = 0)",
+        w.shop.shop_id
+    ))
+    .await;
+    let refunded = w.shop.refund(&other, &new_key(), 500).await;
+    assert_eq!(refunded.status, StatusCode::CREATED, "{}", refunded.body);
+
+    let got = w.receiver.wait_for(6, WITHIN).await;
+    let sequences = |payment: &str| -> Vec<(String, i64)> {
+        got.iter()
+            .map(body)
+            .filter(|b| b["data"]["payment_id"] == payment)
+            .map(|b| {
+                (
+                    b["type"].as_str().unwrap().to_owned(),
+                    b["sequence"].as_i64().expect("a sequence"),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        sequences(&payment),
+        [
+            ("payment.succeeded".to_owned(), 1),
+            ("refund.succeeded".to_owned(), 2),
+            ("refund.succeeded".to_owned(), 3),
+            ("refund.succeeded".to_owned(), 4),
+        ]
+    );
+    assert_eq!(
+        sequences(&other),
+        [
+            ("payment.succeeded".to_owned(), 1),
+            ("refund.succeeded".to_owned(), 2),
+        ]
+    );
     w.db.assert_invariants().await;
 }

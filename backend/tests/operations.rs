@@ -467,7 +467,7 @@ async fn behind_a_transaction_pooler_the_schema_is_migrated_by_the_operator() {
     );
     assert_eq!(
         String::from_utf8_lossy(&migrate.stdout).trim(),
-        r#"{"schema_version":13}"#
+        r#"{"schema_version":14}"#
     );
     let db = TestDb::at(direct).served_through(through);
     let server = Server::start(SERVER, &db).await;

@@ -90,7 +90,7 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
     let (code, report, _) = verify(&db.url, false);
     assert_eq!(code, 0, "{report}");
     assert!(
-        report.starts_with("the books balance: 21 invariants of "),
+        report.starts_with("the books balance: 22 invariants of "),
         "{report}"
     );
     assert!(!report.contains("FAIL"), "{report}");
@@ -98,7 +98,7 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
     assert_eq!(code, 0);
     let json: Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(json["holds"], true);
-    assert_eq!(json["invariants"].as_array().unwrap().len(), 21);
+    assert_eq!(json["invariants"].as_array().unwrap().len(), 22);
     assert_eq!(
         invariant(&json, "one_movement_per_claim")["constraint"],
         "ledger.claim_id UNIQUE"
@@ -140,7 +140,7 @@ async fn verify_reports_books_that_balance_and_books_that_do_not(backend: Backen
     let (code, report, _) = verify(&db.url, false);
     assert_eq!(code, 1, "{report}");
     assert!(
-        report.starts_with("INVARIANTS BROKEN: 21 invariants"),
+        report.starts_with("INVARIANTS BROKEN: 22 invariants"),
         "{report}"
     );
     let failing: Vec<&str> = report.lines().filter(|l| l.starts_with("FAIL")).collect();

@@ -623,18 +623,49 @@ impl InboxTx {
         Ok(done.rows_affected() == 1)
     }
 
+    /// The order's refunded total as a refund's event `sequence` left it; `false` when an event
+    /// of the payment at least as new was applied already (the totals stay as they are).
     pub async fn order_refunded(
         &mut self,
         order_id: &str,
         refunded: i64,
-    ) -> Result<(), InboxError> {
-        sqlx::query(
-            "UPDATE orders SET refunded = MAX(refunded, $1) WHERE id = $2 AND refunded <= amount",
+        sequence: i64,
+    ) -> Result<bool, InboxError> {
+        // An event without a sequence (written before the checkout sent one): the total only
+        // grows, so the larger one is the newer.
+        if sequence == 0 {
+            sqlx::query(
+                "UPDATE orders SET refunded = MAX(refunded, $1) WHERE id = $2 AND refunded <= amount",
+            )
+            .bind(refunded)
+            .bind(order_id)
+            .execute(&mut *self.conn)
+            .await?;
+            return Ok(true);
+        }
+        let done = sqlx::query(
+            "UPDATE orders SET refunded = $1, payment_sequence = $3
+             WHERE id = $2 AND payment_sequence < $3 AND $1 <= amount",
         )
         .bind(refunded)
         .bind(order_id)
+        .bind(sequence)
         .execute(&mut *self.conn)
         .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The order's payment events up to `sequence` are applied (it never goes back).
+    pub async fn payment_sequence_seen(
+        &mut self,
+        order_id: &str,
+        sequence: i64,
+    ) -> Result<(), InboxError> {
+        sqlx::query("UPDATE orders SET payment_sequence = MAX(payment_sequence, $1) WHERE id = $2")
+            .bind(sequence)
+            .bind(order_id)
+            .execute(&mut *self.conn)
+            .await?;
         Ok(())
     }
 

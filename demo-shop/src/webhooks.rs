@@ -150,6 +150,7 @@ impl Operation<InboxTx> for ApplyEvent {
                 let newly = tx
                     .order_paid(&order_id, &text("payment_id"), amount, now)
                     .await?;
+                tx.payment_sequence_seen(&order_id, self.0.sequence).await?;
                 tx.set_bonus(&order_id, ROUBLES_PER_POINT, now).await?;
                 if newly {
                     "order paid"
@@ -159,16 +160,23 @@ impl Operation<InboxTx> for ApplyEvent {
             }
             "refund.succeeded" => {
                 let refunded = data["refunded_total"].as_i64().unwrap_or(0);
-                tx.order_refunded(&order_id, refunded).await?;
+                // Its refund is a fact however late it comes; the totals in it only if nothing
+                // newer of the payment was applied (a redelivered older event says less).
+                let newest = tx
+                    .order_refunded(&order_id, refunded, self.0.sequence)
+                    .await?;
                 tx.set_bonus(&order_id, ROUBLES_PER_POINT, now).await?;
                 let amount = data["amount"].as_i64().unwrap_or(-1);
-                if tx
+                let settled = tx
                     .settle_pending_refund(&order_id, amount, &text("refund_id"))
-                    .await?
-                {
-                    "refund recorded; the refund waiting for its answer settled"
-                } else {
-                    "refund recorded"
+                    .await?;
+                match (newest, settled) {
+                    (true, true) => "refund recorded; the refund waiting for its answer settled",
+                    (true, false) => "refund recorded",
+                    (false, true) => {
+                        "refund recorded, older than an event applied: totals kept; the refund waiting for its answer settled"
+                    }
+                    (false, false) => "refund recorded, older than an event applied: totals kept",
                 }
             }
             // The order can no longer be paid; the shopper orders again (a new order, a new

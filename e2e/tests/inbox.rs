@@ -542,3 +542,74 @@ async fn the_shop_verifies_its_events_with_the_old_secret_or_the_new_through_a_r
         3
     );
 }
+
+/// A refund's event older than one already applied (the checkout's `sequence`: a redelivery
+/// asked after a newer event went out) is recorded, its refund settled, and the order's totals
+/// stay as the newer event left them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_older_refund_event_after_a_newer_one_keeps_the_totals() {
+    let w = world(Backend::Sqlite, &[]).await;
+    let order = w.order().await;
+    let secret = w.signing_secret();
+    let mut paid: Value = serde_json::from_str(&payment_event(&order)).unwrap();
+    paid["sequence"] = json!(1);
+    let (status, answer) = w
+        .deliver(EVENT_ID, now_s(), &secret, &paid.to_string())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let refund = |sequence: i64, refund_id: &str, amount: i64, total: i64| {
+        json!({
+            "type": "refund.succeeded",
+            "sequence": sequence,
+            "timestamp": "2026-12-03T10:05:00Z",
+            "data": {"refund_id": refund_id, "payment_id": "pay_01900000000000000000000000000001",
+                     "order_id": order, "amount": amount, "refunded_total": total,
+                     "currency": "RUB", "created_at": "2026-12-03T10:05:00Z"}
+        })
+        .to_string()
+    };
+    // The newer first (sequence 3: 100 ₽ + 50 ₽ refunded), then the older (2: 100 ₽).
+    let (status, newer) = w
+        .deliver(
+            "evt_0190000000000000000000000000abd3",
+            now_s(),
+            &secret,
+            &refund(3, "ref_2", 5_000, 15_000),
+        )
+        .await;
+    assert_eq!(status, 200, "{newer}");
+    assert!(newer.contains("\"refund recorded\""), "{newer}");
+    let (status, older) = w
+        .deliver(
+            "evt_0190000000000000000000000000abd2",
+            now_s(),
+            &secret,
+            &refund(2, "ref_1", 10_000, 10_000),
+        )
+        .await;
+    assert_eq!(status, 200, "{older}");
+    assert!(older.contains("older than an event applied"), "{older}");
+
+    assert_eq!(
+        w.shop_count(&format!("SELECT refunded FROM orders WHERE id = '{order}'"))
+            .await,
+        15_000,
+        "the newer total stands"
+    );
+    assert_eq!(
+        w.shop_count(&format!(
+            "SELECT payment_sequence FROM orders WHERE id = '{order}'"
+        ))
+        .await,
+        3
+    );
+    // The bonus follows the totals: (450 − 150) ₽ / 10 = 30 points.
+    assert_eq!(
+        w.shop_count(&format!(
+            "SELECT points FROM bonuses WHERE order_id = '{order}'"
+        ))
+        .await,
+        30
+    );
+    assert_eq!(w.shop_count("SELECT COUNT(*) FROM inbox").await, 3);
+}

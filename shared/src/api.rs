@@ -256,6 +256,14 @@ pub struct EventBody {
     /// `payment.succeeded`, `refund.succeeded` or `checkout_session.expired`.
     #[serde(rename = "type")]
     pub event_type: String,
+    /// The event's place among its object's events: the version the change left the object at.
+    /// A payment's `payment.succeeded` is 1 and each of its `refund.succeeded` one more (a
+    /// refused refund takes no number); a session's or a deposit's event is 1. Events of one
+    /// object are sent in order, but a redelivery can bring an older one after a newer: a
+    /// receiver that keeps the highest `sequence` applied per payment can tell. Absent (0)
+    /// from events written before it existed.
+    #[serde(default)]
+    pub sequence: i64,
     /// Test money (`false`) or live money (`true`): a shop's events of each mode are listed with
     /// that mode's key and signed with that mode's signing secret.
     #[serde(default)]

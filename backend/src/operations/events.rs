@@ -39,12 +39,22 @@ pub async fn payment_succeeded(
     record(
         tx,
         shop_account_id,
-        PAYMENT_SUCCEEDED,
-        &payment.payment_id,
+        (PAYMENT_SUCCEEDED, &payment.payment_id, FIRST_VERSION),
         (data, payment.livemode),
         now_ms,
     )
     .await
+}
+
+/// An object's version when it is made: the `sequence` of its first event.
+const FIRST_VERSION: i64 = 1;
+
+/// What a refund's event tells of its payment besides the refund.
+pub struct OfPayment<'a> {
+    pub order_id: &'a str,
+    pub currency: &'a str,
+    /// The payment's version after the refund: the event's `sequence`.
+    pub version: i64,
 }
 
 /// Records `refund.succeeded` for the refunding shop, in the refund's transaction. Its subject
@@ -53,18 +63,16 @@ pub async fn refund_succeeded(
     tx: &mut Tx,
     shop_account_id: &str,
     refund: &Refund,
-    order_id: &str,
-    currency: &str,
+    payment: OfPayment<'_>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let mut data = serde_json::to_value(refund).expect("a refund serializes");
-    data["order_id"] = json!(order_id);
-    data["currency"] = json!(currency);
+    data["order_id"] = json!(payment.order_id);
+    data["currency"] = json!(payment.currency);
     record(
         tx,
         shop_account_id,
-        REFUND_SUCCEEDED,
-        &refund.payment_id,
+        (REFUND_SUCCEEDED, &refund.payment_id, payment.version),
         (data, refund.livemode),
         now_ms,
     )
@@ -82,8 +90,7 @@ pub async fn deposit_succeeded(
     record(
         tx,
         crate::store::accounts::FUNDING_ACCOUNT,
-        DEPOSIT_SUCCEEDED,
-        deposit_id,
+        (DEPOSIT_SUCCEEDED, deposit_id, FIRST_VERSION),
         (data, true),
         now_ms,
     )
@@ -110,8 +117,7 @@ pub async fn expire_sessions(store: &Store, now_ms: i64, batch: i64) -> Result<u
                     record(
                         tx,
                         &session.shop_account_id,
-                        SESSION_EXPIRED,
-                        &session.session_id,
+                        (SESSION_EXPIRED, &session.session_id, FIRST_VERSION),
                         (data, session.livemode),
                         now_ms,
                     )
@@ -123,16 +129,18 @@ pub async fn expire_sessions(store: &Store, now_ms: i64, batch: i64) -> Result<u
         .await
 }
 
+/// Writes the event of type `event_type` about `subject_id`, which the change left at
+/// `version` (the event's `sequence`).
 async fn record(
     tx: &mut Tx,
     shop_account_id: &str,
-    event_type: &str,
-    subject_id: &str,
+    (event_type, subject_id, version): (&str, &str, i64),
     (data, livemode): (serde_json::Value, bool),
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let body = checkout_shared::EventBody {
         event_type: event_type.to_owned(),
+        sequence: version,
         livemode,
         timestamp: clock::rfc3339(now_ms),
         data,

@@ -34,6 +34,7 @@ impl Operation<Tx> for RefundOrder {
         let Some((
             Refunded {
                 refunded_total,
+                version,
                 shopper_account_id: shopper,
                 order_id,
                 currency,
@@ -100,7 +101,12 @@ impl Operation<Tx> for RefundOrder {
             livemode: self.livemode,
         };
         // The shop hears of it too, from the outbox, even if this answer is lost.
-        events::refund_succeeded(tx, shop, &refund, &order_id, &currency, claim.now_ms).await?;
+        let of_payment = events::OfPayment {
+            order_id: &order_id,
+            currency: &currency,
+            version,
+        };
+        events::refund_succeeded(tx, shop, &refund, of_payment, claim.now_ms).await?;
         Ok(Decision::Respond(answers::created(&Refund {
             balance: Some(balance),
             ..refund

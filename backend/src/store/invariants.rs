@@ -296,6 +296,15 @@ pub const INVARIANTS: &[Invariant] = &[
         constraint: None,
     },
     Invariant {
+        name: "payment_versions_count_refunds",
+        says: "a payment's version (its last event's sequence) is one more than its refunds",
+        over: "payments",
+        violations: "\
+            SELECT p.payment_id AS id FROM payments p \
+             WHERE p.version <> 1 + (SELECT COUNT(*) FROM refunds r WHERE r.payment_id = p.payment_id)",
+        constraint: None,
+    },
+    Invariant {
         name: "refunds_have_one_event",
         says: "every refund has exactly one refund.succeeded event naming it (its refund_id), and every such event names a refund of its payment",
         over: "refunds",

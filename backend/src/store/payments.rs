@@ -105,15 +105,16 @@ pub const PAYMENT_OF_SHOP: &str = "\
       FROM payments WHERE payment_id = $1 AND shop_account_id = $2";
 
 /// The guarded refund: touches no row when it would refund more than remains (or the payment
-/// is not this shop's).
+/// is not this shop's). The payment's version goes up by one: the refund's event carries it.
 pub const ADD_REFUNDED: &str = "\
-    UPDATE payments SET refunded = refunded + $3 \
+    UPDATE payments SET refunded = refunded + $3, version = version + 1 \
      WHERE payment_id = $1 AND shop_account_id = $2 AND refunded + $3 <= amount \
-    RETURNING refunded, shopper_account_id, order_id, currency";
+    RETURNING refunded, version, shopper_account_id, order_id, currency";
 
 /// Undoes [`ADD_REFUNDED`] inside the same transaction when the shop cannot fund the refund.
 pub const UNDO_REFUNDED: &str = "\
-    UPDATE payments SET refunded = refunded - $3 WHERE payment_id = $1 AND shop_account_id = $2";
+    UPDATE payments SET refunded = refunded - $3, version = version - 1 \
+     WHERE payment_id = $1 AND shop_account_id = $2";
 
 pub const INSERT_REFUND: &str = "\
     INSERT INTO refunds (refund_id, payment_id, amount, refunded_total_after, balance_after, \
@@ -127,16 +128,16 @@ pub const INSERT_REFUND: &str = "\
 /// update the shop's row twice, and whether the debit took must be known.
 pub const POSTGRES_ADD_REFUNDED_AND_FOLD: &str = "\
     WITH refunded AS ( \
-        UPDATE payments SET refunded = refunded + $3 \
+        UPDATE payments SET refunded = refunded + $3, version = version + 1 \
          WHERE payment_id = $1 AND shop_account_id = $2 AND refunded + $3 <= amount \
-        RETURNING refunded, shopper_account_id, order_id, currency), \
+        RETURNING refunded, version, shopper_account_id, order_id, currency), \
     folded AS ( \
         DELETE FROM unfolded_credits \
          WHERE account_id = $2 AND EXISTS (SELECT 1 FROM refunded) RETURNING amount), \
     shop AS ( \
         UPDATE accounts SET balance = balance + COALESCE((SELECT SUM(amount) FROM folded), 0) \
          WHERE account_id = $2 AND EXISTS (SELECT 1 FROM refunded) RETURNING balance) \
-    SELECT r.refunded, r.shopper_account_id, r.order_id, r.currency, \
+    SELECT r.refunded, r.version, r.shopper_account_id, r.order_id, r.currency, \
            (SELECT balance FROM shop) AS balance \
       FROM refunded r";
 
@@ -275,6 +276,8 @@ fn read_payment_and_refund(row: &dyn Row) -> Result<(PaymentRow, Option<RefundRo
 #[derive(Clone, Debug)]
 pub struct Refunded {
     pub refunded_total: i64,
+    /// The payment's version after the refund (its events' `sequence`).
+    pub version: i64,
     pub shopper_account_id: String,
     pub order_id: String,
     pub currency: String,
@@ -283,6 +286,7 @@ pub struct Refunded {
 fn read_refunded(row: &dyn Row) -> Result<Refunded, RowError> {
     Ok(Refunded {
         refunded_total: row.int("refunded")?,
+        version: row.int("version")?,
         shopper_account_id: row.text("shopper_account_id")?,
         order_id: row.text("order_id")?,
         currency: row.text("currency")?,
