@@ -29,6 +29,7 @@ checkout_testkit::on_both_databases!(
     a_session_that_lapses_unpaid_is_told_to_its_shop,
     a_rolled_signing_secret_signs_beside_the_old_one_until_the_overlap_ends,
     a_payments_events_carry_its_versions_in_order,
+    a_shop_recovers_every_event_it_missed_since_a_time,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -802,5 +803,89 @@ async fn a_payments_events_carry_its_versions_in_order(backend: Backend) {
             ("refund.succeeded".to_owned(), 2),
         ]
     );
+    w.db.assert_invariants().await;
+}
+
+/// Sends `POST /api/events/recovery` as `api`: the raw answer.
+async fn recover(api: &Api, body: Value) -> support::Answer {
+    api.send(api.post("/api/events/recovery", None, &body))
+        .await
+        .unwrap()
+}
+
+/// An endpoint that failed long enough for its events to die is mended; the shop asks for
+/// everything since a time: the dead events come again (with their ids, a payment's before its
+/// refund), nothing else; asked again, nothing; with `include_delivered`, the delivered too.
+async fn a_shop_recovers_every_event_it_missed_since_a_time(backend: Backend) {
+    let w = world(backend).await;
+    let since = checkout_backend::clock::rfc3339(checkout_backend::clock::now_ms() - 1_000);
+    w.receiver.answer(vec![], Answer::Status(500));
+    let payment = pay(&w, "ORD-REC-1", 8_000).await;
+    let refunded = w.shop.refund(&payment, &new_key(), 3_000).await;
+    assert_eq!(refunded.status, StatusCode::CREATED, "{}", refunded.body);
+    let listed = events(&w.shop, "").await;
+    let dead: Vec<String> = listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(dead.len(), 2);
+    for event_id in &dead {
+        wait_for_status(&w.shop, event_id, "dead").await;
+    }
+    w.receiver.answer(vec![], Answer::Status(200));
+    pay(&w, "ORD-REC-2", 1_000).await;
+    let before = w.receiver.wait_for(13, WITHIN).await.len();
+    assert_eq!(before, 13, "6 + 6 failed attempts and the third event");
+
+    // Since a later time: nothing.
+    let later = checkout_backend::clock::rfc3339(checkout_backend::clock::now_ms() + 60_000);
+    let none = recover(&w.shop.api, serde_json::json!({ "since": later })).await;
+    assert_eq!(none.status, StatusCode::ACCEPTED, "{}", none.body);
+    assert_eq!(none.json()["recovered"], 0);
+
+    let recovered = recover(&w.shop.api, serde_json::json!({ "since": since })).await;
+    assert_eq!(recovered.status, StatusCode::ACCEPTED, "{}", recovered.body);
+    assert_eq!(recovered.json()["recovered"], 2, "{}", recovered.body);
+    for event_id in &dead {
+        let event = wait_for_status(&w.shop, event_id, "delivered").await;
+        assert_eq!(event["attempts"], 1, "a fresh schedule");
+    }
+    let got = w.receiver.wait_for(15, WITHIN).await;
+    let again: Vec<&str> = got[13..].iter().map(|d| d.webhook_id.as_str()).collect();
+    // Listed newest first: the refund's, then the payment's; sent oldest first.
+    assert_eq!(again, [dead[1].as_str(), dead[0].as_str()]);
+    for delivery in &got[13..] {
+        verify(&w.shop, delivery);
+    }
+
+    // Nothing is dead any more: a second recovery finds nothing; the delivered on request.
+    let twice = recover(&w.shop.api, serde_json::json!({ "since": since })).await;
+    assert_eq!(twice.json()["recovered"], 0, "{}", twice.body);
+    let all = recover(
+        &w.shop.api,
+        serde_json::json!({ "since": since, "include_delivered": true }),
+    )
+    .await;
+    assert_eq!(all.json()["recovered"], 3, "{}", all.body);
+    assert_eq!(w.receiver.wait_for(18, WITHIN).await.len(), 18);
+
+    // Bad requests, someone else's events, a shopper.
+    for bad in [
+        serde_json::json!({ "since": "yesterday" }),
+        serde_json::json!({ "since": since, "also": 1 }),
+        serde_json::json!({}),
+    ] {
+        recover(&w.shop.api, bad)
+            .await
+            .assert_problem(400, "invalid_request");
+    }
+    let other = w.server.add_shop("Чужая лавка").await;
+    let foreign = recover(&other.api, serde_json::json!({ "since": since })).await;
+    assert_eq!(foreign.json()["recovered"], 0, "{}", foreign.body);
+    recover(&w.shopper, serde_json::json!({ "since": since }))
+        .await
+        .assert_problem(403, "forbidden");
     w.db.assert_invariants().await;
 }

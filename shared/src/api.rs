@@ -305,6 +305,30 @@ pub struct EventList {
     pub next_page: Option<String>,
 }
 
+/// `POST /api/events/recovery`: every event made since `since` that the shop never received is
+/// sent again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EventRecovery {
+    /// RFC 3339: events made at or after it.
+    #[cfg_attr(feature = "openapi", schema(example = "2026-12-05T10:00:00Z"))]
+    pub since: String,
+    /// The delivered ones too (a shop that lost its own records); default: only the `dead`.
+    #[serde(default)]
+    pub include_delivered: bool,
+}
+
+/// What `POST /api/events/recovery` queued.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EventsRecovered {
+    /// Events sent again (each with its `webhook-id`, in its object's order).
+    pub recovered: i64,
+    /// `since`, as the checkout read it (UTC).
+    pub since: String,
+}
+
 /// `POST /api/shoppers` (sign-up) and `POST /api/shoppers/sign-in`: a live shopper's e-mail and
 /// password, sent only to the checkout's own origin.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

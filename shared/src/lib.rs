@@ -12,9 +12,10 @@ pub mod problem;
 pub use api::{
     Account, CheckoutSession, CheckoutSessionStatus, CodeSent, CreateCheckoutSession,
     CreatePayment, CreateRefund, DemoCart, DemoSession, EVENTS_EXCHANGE, EmailCode, EventBody,
-    EventList, EventView, KeyState, KeyStatus, LineItem, PasskeyAnswer, PasskeyChallenge,
-    PasskeyList, PasskeyView, Payment, PaymentDetails, PaymentStatus, Recovery, RecoveryRequest,
-    Refund, ShopView, ShopperCredentials, ShopperToken, SignUp,
+    EventList, EventRecovery, EventView, EventsRecovered, KeyState, KeyStatus, LineItem,
+    PasskeyAnswer, PasskeyChallenge, PasskeyList, PasskeyView, Payment, PaymentDetails,
+    PaymentStatus, Recovery, RecoveryRequest, Refund, ShopView, ShopperCredentials, ShopperToken,
+    SignUp,
 };
 pub use key::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,

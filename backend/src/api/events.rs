@@ -1,14 +1,15 @@
-//! The shop's events: `GET /api/events`, `GET /api/events/{event_id}`, and
-//! `POST /api/events/{event_id}/redelivery`.
+//! The shop's events: `GET /api/events`, `GET /api/events/{event_id}`,
+//! `POST /api/events/{event_id}/redelivery`, and `POST /api/events/recovery` (everything missed
+//! since a time).
 
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use checkout_shared::{EventList, EventView};
+use checkout_shared::{EventList, EventRecovery, EventView, EventsRecovered};
 use serde::Deserialize;
 
 use crate::api::AppState;
-use crate::api::extract::EventIdPath;
+use crate::api::extract::{EventIdPath, JsonBody};
 use crate::operations::accounts::Principal;
 use crate::operations::error::ApiError;
 use crate::operations::events::view;
@@ -143,6 +144,49 @@ pub async fn redeliver(
         .ok_or_else(not_found)?;
     app.deliveries.notify_one();
     Ok((StatusCode::ACCEPTED, Json(view(&row)?)))
+}
+
+/// `POST /api/events/recovery`: every event since `since` that the shop never received (`dead`;
+/// with `include_delivered`, the delivered ones too: a shop that lost its own records) is sent
+/// again, now and on a fresh schedule, each with its `webhook-id` (an inbox absorbs what it
+/// already has) and in its object's order. Safe to repeat.
+#[utoipa::path(
+    post, path = "/api/events/recovery", operation_id = "recover_events", tag = "events",
+    summary = "Send again every event missed since a time",
+    request_body = checkout_shared::EventRecovery,
+    responses(
+        (status = 202, description = "Queued for delivery: how many", body = checkout_shared::EventsRecovered),
+        (status = 400, description = "`invalid_request`: `since` is not an RFC 3339 time", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = checkout_shared::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: a shopper's token", body = checkout_shared::Problem, content_type = "application/problem+json"),
+    ),
+    security(("shop_secret_key" = []))
+)]
+pub async fn recover(
+    State(app): State<AppState>,
+    principal: Principal,
+    body: JsonBody<EventRecovery>,
+) -> Result<(StatusCode, Json<EventsRecovered>), ApiError> {
+    let shop = principal.as_shop()?;
+    let request = body.value;
+    let since_ms = crate::clock::parse_rfc3339(&request.since).ok_or_else(|| {
+        ApiError::InvalidRequest(format!(
+            "since: {:?} is not an RFC 3339 time (2026-12-05T10:00:00Z)",
+            request.since
+        ))
+    })?;
+    let recovered = app
+        .store
+        .recover_events(&shop.account_id, since_ms, request.include_delivered)
+        .await?;
+    app.deliveries.notify_one();
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(EventsRecovered {
+            recovered: recovered as i64,
+            since: crate::clock::rfc3339(since_ms),
+        }),
+    ))
 }
 
 fn not_found() -> ApiError {

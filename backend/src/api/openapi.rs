@@ -33,6 +33,7 @@ use crate::api::AppState;
         crate::api::events::list,
         crate::api::events::get,
         crate::api::events::redeliver,
+        crate::api::events::recover,
         crate::api::accounts::get,
         crate::api::shoppers::create_test_shopper,
         crate::api::shoppers::sign_up,

@@ -119,6 +119,7 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
         ("GET", "/api/idempotency-keys/{key}", get(keys::status)),
         ("GET", "/api/events", get(events::list)),
         ("GET", "/api/events/{event_id}", get(events::get)),
+        ("POST", "/api/events/recovery", post(events::recover)),
         (
             "POST",
             "/api/events/{event_id}/redelivery",

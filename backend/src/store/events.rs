@@ -209,6 +209,19 @@ pub static REDELIVER_EVENT: Template = Template::new(concat!(
     event_columns!()
 ));
 
+/// A shop recovers what it missed since $2 (ms): every event of its account made since then
+/// that is `dead` (and, when $3 is 1, `delivered` too) is pending again, due now, on a fresh
+/// schedule, with its `webhook-id`; kept as `no_endpoint` while the shop has no webhook URL.
+/// Pending events are already on their way, untouched.
+pub static RECOVER_EVENTS: Template = Template::new(
+    "UPDATE webhook_events \
+        SET status = CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $1) IS NULL \
+                          THEN 'no_endpoint' ELSE 'pending' END, \
+            attempts = 0, lease_id = NULL, last_error = NULL, next_attempt_at = {now} \
+      WHERE shop_account_id = $1 AND created_at >= $2 \
+        AND (status = 'dead' OR ($3 = 1 AND status = 'delivered'))",
+);
+
 /// The shop has an endpoint (again): every event it has not received goes there, due now, on
 /// a fresh schedule; an attempt in flight keeps its lease.
 pub static EVENTS_TO_NEW_ENDPOINT: Template = Template::new(
@@ -501,6 +514,31 @@ impl Store {
 
     /// Puts one of the shop's events back in the queue with a fresh schedule: due now, or as
     /// soon as an attempt in flight has ended.
+    /// [`RECOVER_EVENTS`]: how many events are queued again.
+    pub async fn recover_events(
+        &self,
+        shop_account_id: &str,
+        since_ms: i64,
+        include_delivered: bool,
+    ) -> Result<u64, StoreError> {
+        let shop = shop_account_id.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let statement = tx.template(&RECOVER_EVENTS);
+                tx.execute(
+                    statement,
+                    &[
+                        Arg::Text(&shop),
+                        Arg::Int(since_ms),
+                        Arg::Int(i64::from(include_delivered)),
+                    ],
+                )
+                .await
+            })
+        })
+        .await
+    }
+
     pub async fn redeliver_event(
         &self,
         shop_account_id: &str,
