@@ -174,18 +174,19 @@ fn is_definite(answer: &Answer) -> bool {
 }
 
 struct Load {
-    servers: Vec<String>,
+    /// Where every request goes (HAProxy, in front of the instances).
+    base: String,
     http: reqwest::Client,
     shop_key: String,
     book: Mutex<Book>,
 }
 
 impl Load {
-    /// The load on `servers` (chosen at random per request), the shop acting with `shop_key`;
-    /// a new connection per request, so that none outlives a fault unseen.
-    fn new(servers: Vec<String>, shop_key: String) -> Arc<Load> {
+    /// The load on `base`, the shop acting with `shop_key`; a new connection per request, so
+    /// that none outlives a fault unseen.
+    fn new(base: String, shop_key: String) -> Arc<Load> {
         Arc::new(Load {
-            servers,
+            base,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
                 .build()
@@ -195,11 +196,10 @@ impl Load {
         })
     }
 
-    /// Sends `key`'s request to one of the servers; the answer, if one came.
+    /// Sends `key`'s request; the answer, if one came.
     async fn send(&self, key: &str, request: &Request) -> Option<Answer> {
-        let server = rand::rng().random_range(0..self.servers.len());
         let api = Api {
-            base: self.servers[server].clone(),
+            base: self.base.clone(),
             http: self.http.clone(),
             token: Some(request.token.clone()),
             mail_from: None,
@@ -243,7 +243,7 @@ impl Load {
     async fn new_shopper(&self) -> Option<String> {
         let answer = self
             .http
-            .post(format!("{}/api/test/shoppers", self.servers[0]))
+            .post(format!("{}/api/test/shoppers", self.base))
             .send()
             .await
             .ok()?;
@@ -370,16 +370,12 @@ async fn backoff() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// A checkout instance for the campaigns, on `port` if given (behind HAProxy, where it must
-/// come back on the same one).
-async fn start_server_at(
-    binary: &str,
-    db: &TestDb,
-    port: Option<u16>,
-    amqp_url: Option<&str>,
-) -> Server {
-    let addr = port.map(|port| format!("127.0.0.1:{port}"));
+/// A checkout instance for the campaign, on `port` (behind HAProxy, where it must come back on
+/// the same one).
+async fn start_server_at(binary: &str, db: &TestDb, port: u16, amqp_url: Option<&str>) -> Server {
+    let addr = format!("127.0.0.1:{port}");
     let mut env = vec![
+        ("CHECKOUT_ADDR", addr.as_str()),
         ("RUST_LOG", "warn,checkout_backend=info"),
         ("CHECKOUT_WEBHOOK_POLL_MS", "50"),
         ("CHECKOUT_WEBHOOK_TIMEOUT_MS", "1000"),
@@ -389,9 +385,6 @@ async fn start_server_at(
         ("CHECKOUT_KEYS_IN_PROGRESS", "64"),
         ("CHECKOUT_TEST_SHOPPERS_PER_ADDRESS", "1000"),
     ];
-    if let Some(addr) = &addr {
-        env.push(("CHECKOUT_ADDR", addr));
-    }
     if let Some(url) = amqp_url {
         env.push(("CHECKOUT_AMQP_URL", url));
     }
@@ -400,7 +393,6 @@ async fn start_server_at(
 
 /// What a campaign's load left behind, to be settled and counted.
 struct Settling<'a> {
-    label: String,
     /// Every acknowledged change must survive (a synchronous standby was promoted).
     synchronous: bool,
     load: &'a Load,
@@ -416,7 +408,6 @@ struct Settling<'a> {
 /// would check.
 async fn settle(settling: Settling<'_>) -> FailoverReport {
     let Settling {
-        label,
         synchronous,
         load,
         duplicates,
@@ -428,7 +419,12 @@ async fn settle(settling: Settling<'_>) -> FailoverReport {
     // Settle: every key without a definite answer is resent until it has one; every key with
     // one is resent once, and must replay it (unless the promotion lost it).
     let mut report = FailoverReport {
-        replication: label,
+        replication: if synchronous {
+            "synchronous"
+        } else {
+            "asynchronous"
+        }
+        .into(),
         failovers: failovers.len() as u32,
         duplicates,
         ..FailoverReport::default()
@@ -760,7 +756,7 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> F
     let db = TestDb::at(cluster.create_database().await);
     let mut servers = Vec::new();
     for port in &cluster.web_ports {
-        servers.push(start_server_at(server_bin, &db, Some(*port), amqp.as_deref()).await);
+        servers.push(start_server_at(server_bin, &db, *port, amqp.as_deref()).await);
     }
     let front = format!("http://127.0.0.1:{}", cluster.web_port);
     // HAProxy has seen the instances up.
@@ -789,7 +785,7 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> F
     for _ in 0..plan.clients {
         shoppers.push(Api::new(&front).shopper_token().await);
     }
-    let load = Load::new(vec![front], shop.api.token.clone().unwrap());
+    let load = Load::new(front, shop.api.token.clone().unwrap());
     let idle = crate::footprint::sample();
     let sampler = crate::footprint::Sampler::start(Duration::from_secs(1));
 
@@ -830,7 +826,7 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> F
                         tokio::time::sleep(plan.load_before).await;
                         let port = cluster.web_ports[instance];
                         servers[instance] =
-                            start_server_at(&server_bin, &db, Some(port), amqp.as_deref()).await;
+                            start_server_at(&server_bin, &db, port, amqp.as_deref()).await;
                         at
                     }
                     Fault::BrokerNode => {
@@ -865,12 +861,6 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> F
     let (faults, servers) = chaos.await.unwrap();
     let under_load = sampler.stop();
     let mut report = settle(Settling {
-        label: if plan.synchronous {
-            "synchronous"
-        } else {
-            "asynchronous"
-        }
-        .into(),
         synchronous: plan.synchronous,
         load: &load,
         duplicates,

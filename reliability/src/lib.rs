@@ -305,19 +305,13 @@ pub async fn run(plan: &Plan, server_bin: &str, shop_bin: &str) -> Report {
         )
         .await;
         let live = i % 2 == 1;
-        let (api, signing_secret) = if live {
-            (&shop.live_api, &shop.live_signing_secret)
-        } else {
-            (&shop.api, &shop.signing_secret)
-        };
-        let secret = api.token.clone().expect("a secret key");
         let file = credentials.path().join(format!("shop-{i}.json"));
-        std::fs::write(
-            &file,
-            json!({"shop_id": shop.shop_id, "secret_key": secret, "signing_secret": signing_secret})
-                .to_string(),
-        )
-        .unwrap();
+        let credentials_of_mode = shop.credentials(live);
+        std::fs::write(&file, credentials_of_mode.to_string()).unwrap();
+        let secret = credentials_of_mode["secret_key"]
+            .as_str()
+            .expect("a secret key")
+            .to_owned();
         world.shop_live.push(live);
         let checkout = format!("http://127.0.0.1:{}", world.ports[i % world.ports.len()]);
         let process = DemoShop::start(

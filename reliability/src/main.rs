@@ -54,6 +54,20 @@ struct Args {
     out: String,
 }
 
+impl Args {
+    /// Clients of the campaigns on the cluster (failovers and HA): at most 8.
+    fn cluster_clients(&self) -> usize {
+        self.clients.min(8)
+    }
+}
+
+/// How long the outbox took to drain after the load, as a table cell.
+fn drained(report: &FailoverReport) -> String {
+    report.drained_after.map_or("not within 60 s".into(), |d| {
+        format!("{:.1} s", d.as_secs_f64())
+    })
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -106,7 +120,7 @@ async fn main() -> std::process::ExitCode {
         let plan = FailoverPlan {
             faults: vec![Fault::LeaderPostgres; args.failovers as usize],
             requests: args.failover_requests,
-            clients: args.clients.min(8),
+            clients: args.cluster_clients(),
             load_before: Duration::from_secs(3),
             synchronous,
             link_delay: Duration::from_millis(20),
@@ -152,7 +166,7 @@ async fn main() -> std::process::ExitCode {
         let plan = FailoverPlan {
             faults: (0..args.ha_rounds).flat_map(|_| Fault::ALL).collect(),
             requests: args.failover_requests,
-            clients: args.clients.min(8),
+            clients: args.cluster_clients(),
             load_before: Duration::from_secs(3),
             synchronous: true,
             link_delay: Duration::ZERO,
@@ -239,7 +253,7 @@ fn failover_markdown(args: &Args, failovers: &[(FailoverReport, Duration)]) -> S
     let mut md = String::new();
     let md = &mut md;
     writeln!(md, "{FAILOVER_HEADING}\n").unwrap();
-    writeln!(md, "Written by `scripts/campaign` (`--only-failover` for this section alone). Each run: the cluster of `scripts/cluster` without the broker (three etcd members, three PostgreSQL 15 nodes under Patroni, HAProxy in front of the database and of two checkout instances), the nodes streaming their WAL to each other over a link that delays every byte 20 ms each way (a standby in another zone: `testkit/src/slow_link.rs`, advertised as each node's `connect_address`, so replication and `pg_rewind` cross it while HAProxy reaches the nodes directly). Patroni runs with `synchronous_mode` in one run and with asynchronous replication in the other. {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load the Patroni leader's PostgreSQL is SIGKILLed ({} times), and its link is cut with whatever it still carried; Patroni promotes a replica (`master_start_timeout: 0`), HAProxy follows its `GET /primary`, and the next loss waits until the old leader is back as a replica (`pg_rewind`). Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs.\n", args.clients.min(8), args.failovers).unwrap();
+    writeln!(md, "Written by `scripts/campaign` (`--only-failover` for this section alone). Each run: the cluster of `scripts/cluster` without the broker (three etcd members, three PostgreSQL 15 nodes under Patroni, HAProxy in front of the database and of two checkout instances), the nodes streaming their WAL to each other over a link that delays every byte 20 ms each way (a standby in another zone: `testkit/src/slow_link.rs`, advertised as each node's `connect_address`, so replication and `pg_rewind` cross it while HAProxy reaches the nodes directly). Patroni runs with `synchronous_mode` in one run and with asynchronous replication in the other. {} clients order, pay (a fifth of the payments sent as two concurrent copies) and refund through HAProxy; every 3 s of load the Patroni leader's PostgreSQL is SIGKILLed ({} times), and its link is cut with whatever it still carried; Patroni promotes a replica (`master_start_timeout: 0`), HAProxy follows its `GET /primary`, and the next loss waits until the old leader is back as a replica (`pg_rewind`). Afterwards every request without a definite answer is resent with its key until it has one (a replay, or a first execution when the transaction never committed), every key that had one is resent once and must replay it, every event is left to be delivered, and `verify` runs.\n", args.cluster_clients(), args.failovers).unwrap();
     writeln!(md, "| replication | failovers survived | requests | acknowledged payments / refunds | acknowledged and lost | sessions / refusals lost | double charges | 5xx other than 503 | 503 (all with Retry-After) | in doubt: replayed / first execution | unavailable per failover (median, max) | events (undelivered, of lost changes) | outbox drained after the load | verify | violations | time |").unwrap();
     writeln!(
         md,
@@ -268,7 +282,7 @@ fn failover_markdown(args: &Args, failovers: &[(FailoverReport, Duration)]) -> S
             r.events,
             r.events_undelivered,
             r.events_of_lost_changes,
-            r.drained_after.map_or("not within 60 s".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+            drained(r),
             if r.verify_holds { "holds" } else { "BROKEN" },
             r.verify_took.as_secs_f64(),
             r.violations.len(),
@@ -377,7 +391,7 @@ fn ha_markdown(reports: &[(FailoverReport, Duration)]) -> String {
             r.resolved_by_first_execution,
             r.events,
             r.events_undelivered,
-            r.drained_after.map_or("not within 60 s".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+            drained(r),
             match r.receipts {
                 Some(n) if r.violations.is_empty() => format!("yes ({n})"),
                 Some(n) => format!("see violations ({n})"),

@@ -465,6 +465,20 @@ pub async fn add_shop_with(
 }
 
 impl Shop {
+    /// Its credentials in one mode, as the demo shop reads them from `SHOP_CREDENTIALS_FILE`.
+    pub fn credentials(&self, live: bool) -> Value {
+        let (api, signing_secret) = if live {
+            (&self.live_api, &self.live_signing_secret)
+        } else {
+            (&self.api, &self.signing_secret)
+        };
+        serde_json::json!({
+            "shop_id": self.shop_id,
+            "secret_key": api.token,
+            "signing_secret": signing_secret,
+        })
+    }
+
     /// Creates a checkout session under `key`: the raw answer.
     pub async fn try_session(&self, key: &str, body: &Value) -> Answer {
         self.api

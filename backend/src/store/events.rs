@@ -512,8 +512,6 @@ impl Store {
         Ok(rows.into_iter().next())
     }
 
-    /// Puts one of the shop's events back in the queue with a fresh schedule: due now, or as
-    /// soon as an attempt in flight has ended.
     /// [`RECOVER_EVENTS`]: how many events are queued again.
     pub async fn recover_events(
         &self,
@@ -539,6 +537,8 @@ impl Store {
         .await
     }
 
+    /// Puts one of the shop's events back in the queue with a fresh schedule: due now, or as
+    /// soon as an attempt in flight has ended.
     pub async fn redeliver_event(
         &self,
         shop_account_id: &str,

@@ -105,15 +105,7 @@ async fn main() {
     )
     .await;
     let credentials = logs.path().join("demo-shop-credentials.json");
-    write_private(
-        &credentials,
-        &serde_json::json!({
-            "shop_id": shop.shop_id,
-            "secret_key": shop.api.token,
-            "signing_secret": shop.signing_secret,
-        })
-        .to_string(),
-    );
+    write_private(&credentials, &shop.credentials(false).to_string());
     let staff_password = uuid_like()[..12].to_owned();
     let env = [
         ("SHOP_ADDR", format!("127.0.0.1:{shop_port}")),
