@@ -64,6 +64,9 @@ pub fn main_with(seams: Seams) -> ExitCode {
         }) => {
             return shop_roll_webhook_secret(&cli.config, &shop, mode, overlap.unwrap_or_default());
         }
+        Some(Command::Shop {
+            action: ShopCommand::Invite { shop, email, role },
+        }) => return shop_invite(&cli.config, &shop, &email, &role),
         Some(Command::Shopper {
             action:
                 ShopperCommand::Deposit {
@@ -157,6 +160,45 @@ fn shop_set_webhook(
         };
         Ok(
             serde_json::json!({ "shop_id": shop_id, "webhook_url": url, "modes": modes })
+                .to_string(),
+        )
+    })
+}
+
+/// `checkout-server shop invite`: mails the invitation (through `CHECKOUT_SMTP_URL`); one JSON
+/// line saying to whom. The link is only in the mail.
+fn shop_invite(config: &Config, shop_id: &str, email: &str, role: &str) -> ExitCode {
+    operator_command(config, |store| async move {
+        use crate::operations::staff::{self, Invitation, Inviter, Role};
+        // Made inside the runtime: its connection pool belongs to it.
+        let mailer = config
+            .smtp_url
+            .as_deref()
+            .map(|url| crate::mail::Mailer::new(url, &config.mail_from))
+            .transpose()?;
+        let role = Role::parse(role).ok_or("role must be owner, staff or viewer")?;
+        let shop = store
+            .shop(shop_id, false)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no shop {shop_id}"))?;
+        let invitation = Invitation {
+            shop_id,
+            shop_name: &shop.name,
+            email,
+            role,
+        };
+        staff::invite(
+            &store,
+            mailer.as_ref(),
+            &config.public_origin,
+            &invitation,
+            Inviter::Operator,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(
+            serde_json::json!({ "shop_id": shop_id, "invited": email, "role": role.as_str() })
                 .to_string(),
         )
     })

@@ -166,6 +166,17 @@ pub enum ShopCommand {
         #[arg(long, value_parser = overlap)]
         overlap: Option<Duration>,
     },
+    /// Mails an invitation to the shop's dashboard (`/dashboard`) to an address: the link in it
+    /// sets the member's password. How a shop gets its first owner; owners invite the rest.
+    Invite {
+        #[arg(long)]
+        shop: String,
+        #[arg(long)]
+        email: String,
+        /// `owner` (keys, endpoints, staff), `staff` (refunds, resends) or `viewer`.
+        #[arg(long, default_value = "owner", value_parser = ["owner", "staff", "viewer"])]
+        role: String,
+    },
 }
 
 /// The longest overlap of a rolled secret: a week (as Stripe's longest).

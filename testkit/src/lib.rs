@@ -3,6 +3,7 @@
 //! in the database itself. Used by the backend's tests and by the browser tests.
 
 pub mod chromium;
+pub mod dashboard;
 pub mod mail;
 pub mod patroni;
 pub mod pgbouncer;

@@ -9,6 +9,7 @@
 
 pub mod accounts;
 pub mod assets;
+pub mod dashboard;
 pub mod demo;
 pub mod events;
 pub mod extract;

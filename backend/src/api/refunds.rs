@@ -45,6 +45,7 @@ pub async fn create(
         payment_id,
         amount: body.value.amount,
         livemode: shop.livemode,
+        by: None,
     };
     let canonical = serde_json::json!({ "amount": order.amount });
     let asked = Asked {

@@ -24,7 +24,8 @@ use crate::api::problem::problem_response;
 use crate::api::site::{self, Framable};
 use crate::api::state::AppState;
 use crate::api::{
-    accounts, demo, events, health, keys, openapi, passkeys, payments, refunds, sessions, shoppers,
+    accounts, dashboard, demo, events, health, keys, openapi, passkeys, payments, refunds,
+    sessions, shoppers,
 };
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
@@ -48,6 +49,7 @@ pub fn router(
         .merge(openapi::docs_page())
         .route("/pay/{session_id}", get(site::pay_page))
         .route("/account", get(site::account_page))
+        .merge(dashboard::routes())
         .route(site::LOADER, get(site::loader))
         .fallback(site::files);
     if let Some(routes) = routes {
@@ -208,11 +210,15 @@ async fn measured(request: Request, next: middleware::Next) -> Response {
 /// sees has the same shape and a `code`.
 async fn problem_for_bare_errors(response: Response) -> Response {
     let status = response.status();
-    let is_problem = response
+    // A problem already, or a page made for a person (the dashboard's error pages).
+    let has_body = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_CONTENT_TYPE.as_bytes()));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(PROBLEM_CONTENT_TYPE.as_bytes())
+                || v.as_bytes().starts_with(b"text/html")
+        });
+    if !(status.is_client_error() || status.is_server_error()) || has_body {
         return response;
     }
     let (code, detail) = match status {

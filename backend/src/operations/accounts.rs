@@ -90,6 +90,11 @@ impl PrincipalCache {
         }
     }
 
+    /// How long a sign-in lasts (a live shopper's, a shop member's).
+    pub fn limits(&self) -> SignInLimits {
+        self.limits
+    }
+
     /// The account holding the token with this hash, from the cache or the database.
     pub async fn authenticate(
         &self,

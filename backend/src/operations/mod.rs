@@ -21,3 +21,4 @@ pub mod refunds;
 pub mod sessions;
 pub mod shoppers;
 pub mod shops;
+pub mod staff;

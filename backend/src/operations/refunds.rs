@@ -11,6 +11,7 @@ use crate::operations::answers;
 use crate::operations::error::ApiError;
 use crate::operations::events;
 use crate::operations::payments::not_found;
+use crate::operations::staff::Member;
 use crate::store::{NewRefund, Refunded, Tx};
 use crate::{clock, ids};
 
@@ -21,6 +22,8 @@ pub struct RefundOrder {
     pub amount: i64,
     /// The shop account's mode (its payments are all of it).
     pub livemode: bool,
+    /// Asked for by a member in the shop's dashboard: the audit line written with the refund.
+    pub by: Option<Member>,
 }
 
 /// The business step of a refund, inside the protocol's transaction.
@@ -107,6 +110,10 @@ impl Operation<Tx> for RefundOrder {
             version,
         };
         events::refund_succeeded(tx, shop, &refund, of_payment, claim.now_ms).await?;
+        if let Some(member) = &self.by {
+            let subject = format!("{} {} ({})", refund.refund_id, self.payment_id, self.amount);
+            tx.audit(&member.audit("refund.created", &subject)).await?;
+        }
         Ok(Decision::Respond(answers::created(&Refund {
             balance: Some(balance),
             ..refund

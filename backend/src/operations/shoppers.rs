@@ -83,7 +83,7 @@ pub fn normalize_email(email: &str) -> Result<String, ApiError> {
     }
 }
 
-fn check_password(password: &str) -> Result<(), ApiError> {
+pub fn check_password(password: &str) -> Result<(), ApiError> {
     if password.chars().count() < MIN_PASSWORD_CHARS || password.len() > MAX_PASSWORD_BYTES {
         return Err(ApiError::InvalidRequest(format!(
             "password must be at least {MIN_PASSWORD_CHARS} characters (and at most {MAX_PASSWORD_BYTES} bytes)"

@@ -176,6 +176,12 @@ pub static EVENT_RETRY_AT: Template = Template::new(
       WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
 );
 
+/// A delivery attempt, as it was seen (written whether or not its lease still held: it was made).
+pub const INSERT_ATTEMPT: &str = "\
+    INSERT INTO delivery_attempts (event_id, shop_account_id, url, attempt, at, status, \
+                                   latency_ms, excerpt) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+
 pub const EVENT_DEAD: &str = "\
     UPDATE webhook_events SET status = 'dead', locked_until = NULL, lease_id = NULL, \
            last_error = $3 \
@@ -265,7 +271,7 @@ pub struct EventRow {
 }
 
 impl EventRow {
-    fn read(row: &dyn Row) -> Result<Self, RowError> {
+    pub(super) fn read(row: &dyn Row) -> Result<Self, RowError> {
         Ok(EventRow {
             event_id: row.text("event_id")?,
             seq: row.int("seq")?,
@@ -304,6 +310,23 @@ pub struct EndedAttempt {
     pub event_id: String,
     pub lease_id: String,
     pub settled: EventSettled,
+    /// What the attempt saw, for the shop's dashboard; `None`: no request was made (no
+    /// endpoint, the shop unreadable).
+    pub seen: Option<AttemptSeen>,
+}
+
+/// One delivery attempt as the shop's dashboard shows it: to which URL and account, which
+/// attempt of the event, when it began, the HTTP status (none: no answer came), how long it
+/// took, and the answer's first bytes (or why there was none).
+#[derive(Clone, Debug)]
+pub struct AttemptSeen {
+    pub shop_account_id: String,
+    pub url: String,
+    pub attempt: i64,
+    pub at: i64,
+    pub status: Option<i64>,
+    pub latency_ms: i64,
+    pub excerpt: String,
 }
 
 /// Due events a worker asks to lease: at most `limit`, for `lease_ms` (by the database's
@@ -563,6 +586,22 @@ impl Store {
 impl Tx {
     /// Records how one attempt ended, if its lease still holds.
     async fn settle_event(&mut self, attempt: &EndedAttempt) -> Result<(), StoreError> {
+        if let Some(seen) = &attempt.seen {
+            self.execute(
+                INSERT_ATTEMPT,
+                &[
+                    Arg::Text(&attempt.event_id),
+                    Arg::Text(&seen.shop_account_id),
+                    Arg::Text(&seen.url),
+                    Arg::Int(seen.attempt),
+                    Arg::Int(seen.at),
+                    Arg::Int(seen.status.unwrap_or(0)),
+                    Arg::Int(seen.latency_ms),
+                    Arg::Text(&seen.excerpt),
+                ],
+            )
+            .await?;
+        }
         let (event, lease) = (Arg::Text(&attempt.event_id), Arg::Text(&attempt.lease_id));
         match &attempt.settled {
             EventSettled::Delivered => {

@@ -17,9 +17,11 @@ pub mod keys;
 pub mod passkeys;
 pub mod payments;
 mod postgres;
+pub mod reports;
 mod row;
 pub mod sessions;
 mod sqlite;
+pub mod staff;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -32,7 +34,8 @@ use checkout_idempotency::{Classify, Failure, Finish, Work};
 pub use accounts::{AccountKind, AccountRow, ShopRow, ShopperLogin, TokenHolder};
 pub use deposits::NewDeposit;
 pub use events::{
-    EndedAttempt, EventRow, EventSettled, LeaseRequest, NewEvent, OutboxBacklog, UnpublishedEvent,
+    AttemptSeen, EndedAttempt, EventRow, EventSettled, LeaseRequest, NewEvent, OutboxBacklog,
+    UnpublishedEvent,
 };
 pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,

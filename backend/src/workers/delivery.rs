@@ -21,7 +21,9 @@ use checkout_idempotency::now_ms;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::store::{EndedAttempt, EventRow, EventSettled, LeaseRequest, ShopRow, Store};
+use crate::store::{
+    AttemptSeen, EndedAttempt, EventRow, EventSettled, LeaseRequest, ShopRow, Store,
+};
 
 #[derive(Clone, Debug)]
 pub struct DeliverySettings {
@@ -61,6 +63,9 @@ enum Sent {
     Delivered,
     Failed(String),
 }
+
+/// The most of a shop's answer kept for its dashboard.
+const EXCERPT_BYTES: usize = 200;
 
 /// The least time between two turns of one worker.
 const TURN_SPACING: Duration = Duration::from_millis(20);
@@ -167,10 +172,10 @@ async fn attempt(
     event: EventRow,
     lease_id: String,
 ) -> EndedAttempt {
-    let sent = match shop {
+    let (sent, seen) = match shop {
         Ok(Some(shop)) => send(client, &shop, &event).await,
-        Ok(None) => Sent::Failed("no such shop".into()),
-        Err(error) => Sent::Failed(error),
+        Ok(None) => (Sent::Failed("no such shop".into()), None),
+        Err(error) => (Sent::Failed(error), None),
     };
     let settled = match sent {
         Sent::Delivered => {
@@ -199,12 +204,18 @@ async fn attempt(
         event_id: event.event_id,
         lease_id,
         settled,
+        seen,
     }
 }
 
-async fn send(client: &reqwest::Client, shop: &ShopRow, event: &EventRow) -> Sent {
+/// Sends the event once; how it went, and what the attempt saw (none if no request was made).
+async fn send(
+    client: &reqwest::Client,
+    shop: &ShopRow,
+    event: &EventRow,
+) -> (Sent, Option<AttemptSeen>) {
     let Some(url) = &shop.webhook_url else {
-        return Sent::Failed("the shop has no webhook URL".into());
+        return (Sent::Failed("the shop has no webhook URL".into()), None);
     };
     let now = now_ms();
     let timestamp = now / 1000;
@@ -224,8 +235,9 @@ async fn send(client: &reqwest::Client, shop: &ShopRow, event: &EventRow) -> Sen
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(signatures) => signatures.join(" "),
-        Err(error) => return Sent::Failed(format!("signing: {error}")),
+        Err(error) => return (Sent::Failed(format!("signing: {error}")), None),
     };
+    let started = std::time::Instant::now();
     let answer = client
         .post(url)
         .header("webhook-id", &event.event_id)
@@ -235,12 +247,51 @@ async fn send(client: &reqwest::Client, shop: &ShopRow, event: &EventRow) -> Sen
         .body(event.body.clone())
         .send()
         .await;
-    match answer {
-        Ok(response) if response.status().is_success() => Sent::Delivered,
-        Ok(response) => Sent::Failed(format!("the shop answered {}", response.status())),
-        Err(error) if error.is_timeout() => Sent::Failed("no answer within the timeout".into()),
-        Err(error) => Sent::Failed(format!("could not reach the shop: {error}")),
+    let (sent, status, excerpt) = match answer {
+        Ok(response) => {
+            let status = response.status();
+            let excerpt = excerpt(response).await;
+            let sent = if status.is_success() {
+                Sent::Delivered
+            } else {
+                Sent::Failed(format!("the shop answered {status}"))
+            };
+            (sent, Some(i64::from(status.as_u16())), excerpt)
+        }
+        Err(error) if error.is_timeout() => {
+            let why = "no answer within the timeout".to_owned();
+            (Sent::Failed(why.clone()), None, why)
+        }
+        Err(error) => {
+            let why = format!("could not reach the shop: {error}");
+            (Sent::Failed(why.clone()), None, why)
+        }
+    };
+    let seen = AttemptSeen {
+        shop_account_id: event.shop_account_id.clone(),
+        url: url.clone(),
+        attempt: event.attempts,
+        at: now,
+        status,
+        latency_ms: millis(started.elapsed()),
+        excerpt,
+    };
+    (sent, Some(seen))
+}
+
+/// The answer's first bytes as text (cut at a character's boundary), read no further: a shop
+/// answering a long body does not hold the attempt.
+async fn excerpt(mut response: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < EXCERPT_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            _ => break,
+        }
     }
+    bytes.truncate(EXCERPT_BYTES);
+    let text = String::from_utf8_lossy(&bytes);
+    text.trim_end_matches('\u{FFFD}').to_owned()
 }
 
 /// The pause after `attempts` failed attempts: capped exponential, with jitter.
