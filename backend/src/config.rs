@@ -305,6 +305,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub webhook_in_flight: u32,
 
+    /// Webhooks: an endpoint failing this long without one success is disabled (its owners are
+    /// told; enabled again, it gets what it missed): `5d`, `12h`.
+    #[arg(long = "webhook-disable-after", env = "CHECKOUT_WEBHOOK_DISABLE_AFTER",
+          default_value = "5d", value_parser = humantime::parse_duration)]
+    pub webhook_disable_after: Duration,
+
     /// Where `GET /metrics` (Prometheus text format) is served: an address of its own, off
     /// unless set, so that it is never public by accident.
     #[arg(long = "metrics-addr", env = "CHECKOUT_METRICS_ADDR")]
@@ -467,6 +473,8 @@ impl Config {
             poll: Duration::from_millis(self.webhook_poll_ms),
             in_flight: self.webhook_in_flight as usize,
             per_shop: self.webhook_per_shop as usize,
+            disable_after: self.webhook_disable_after,
+            alert: None,
         }
     }
 

@@ -132,7 +132,14 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
         config.sign_in_limits(),
         deliveries.clone(),
     );
-    let delivery = delivery::spawn(store.clone(), config.delivery(), deliveries.clone());
+    let delivery = delivery::spawn(
+        store.clone(),
+        workers::delivery::DeliverySettings {
+            alert: mailer.clone(),
+            ..config.delivery()
+        },
+        deliveries.clone(),
+    );
     let publisher = config.amqp_url.clone().map(|url| {
         publisher::spawn(
             store.clone(),

@@ -80,6 +80,11 @@ pub fn delivery(result: Delivery) {
     metrics::counter!("checkout_webhook_deliveries_total", "result" => result).increment(1);
 }
 
+/// A shop's webhook endpoint disabled by the checkout after failing for days.
+pub fn endpoint_disabled() {
+    metrics::counter!("checkout_webhook_endpoints_disabled_total").increment(1);
+}
+
 /// The database as it is now, set when scraped: pool use, and the outbox's backlog.
 pub fn database_now(in_use: u64, waiting: u64) {
     metrics::gauge!("checkout_db_connections_in_use").set(in_use as f64);
@@ -124,6 +129,10 @@ pub fn verified(took: Duration) {
 /// What each metric means, for the exporter's `# HELP` lines.
 pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "checkout_webhook_endpoints_disabled_total",
+        "Shops' webhook endpoints disabled after failing without a success for the set time"
+    );
     describe_counter!(
         "checkout_keyed_requests_total",
         "Keyed POSTs by route and idempotency outcome (first, replay, conflict, mismatch)"

@@ -23,6 +23,7 @@ checkout_testkit::on_both_databases!(
     each_delivery_attempt_is_shown_and_an_event_is_resent,
     an_owner_invites_changes_and_removes_members,
     the_overview_draws_the_days_payments_and_refunds,
+    an_owner_controls_the_endpoint_and_staff_cannot,
 );
 
 const PASSWORD: &str = "пароль-кабинета";
@@ -737,4 +738,131 @@ async fn the_overview_draws_the_days_payments_and_refunds(backend: Backend) {
     // The live side has none of it.
     let live = owner.get("/dashboard?mode=live").await.text();
     assert!(live.contains("Платежей 0 на 0,00 ₽"), "{live}");
+}
+
+async fn an_owner_controls_the_endpoint_and_staff_cannot(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(SERVER, &db, &FAST).await;
+    let receiver = Receiver::start().await;
+    let shop = server
+        .add_shop_with_webhook("Лавка конечной точки", &receiver.url)
+        .await;
+    let shopper = server.api().shopper().await;
+    let (mut owner, _) = member(&server, &shop, "owner").await;
+    let (mut clerk, _) = member(&server, &shop, "staff").await;
+    let csrf = owner.csrf().await;
+    let page = owner.get("/dashboard/webhooks").await.text();
+    assert!(page.contains("Состояние включена"), "{page}");
+    assert!(page.contains("События все типы"), "{page}");
+
+    // Only refunds: a payment's event is kept, not sent.
+    let saved = owner
+        .post(
+            "/dashboard/webhooks",
+            &[
+                ("csrf", &csrf),
+                ("mode", "test"),
+                ("url", &receiver.url),
+                ("type:refund.succeeded", "1"),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER, "{saved:?}");
+    let page = owner.get(saved.location.as_deref().unwrap()).await.text();
+    assert!(
+        page.contains("Настройки сохранены") && page.contains("События refund.succeeded"),
+        "{page}"
+    );
+    let none = owner
+        .post(
+            "/dashboard/webhooks",
+            &[("csrf", &csrf), ("mode", "test"), ("url", &receiver.url)],
+        )
+        .await;
+    assert_eq!(none.status, StatusCode::BAD_REQUEST);
+    let payment = paid(&shop, &shopper, "E-1", 1_000).await;
+    let listed = owner.get("/dashboard/events").await.text();
+    assert!(listed.contains("тип не выбран"), "{listed}");
+    assert!(receiver.deliveries().is_empty());
+
+    // The test event reaches it, and its page shows the attempt.
+    let tested = owner
+        .post(
+            "/dashboard/webhooks/test-event",
+            &[("csrf", &csrf), ("mode", "test")],
+        )
+        .await;
+    let location = tested.location.clone().unwrap();
+    let event_id = location
+        .split("test_event=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .to_owned();
+    let got = receiver.wait_for(1, WITHIN).await;
+    assert_eq!(got[0].webhook_id, event_id);
+    support::wait_until("the test's attempt is recorded", WITHIN, || async {
+        owner
+            .get(&format!("/dashboard/events/{event_id}"))
+            .await
+            .text()
+            .contains("доставлено")
+    })
+    .await;
+
+    // Disabled by hand: a refund's event waits; enabled: it arrives.
+    let off = owner
+        .post(
+            "/dashboard/webhooks/state",
+            &[("csrf", &csrf), ("mode", "test"), ("enabled", "0")],
+        )
+        .await;
+    assert_eq!(off.status, StatusCode::SEE_OTHER);
+    let page = owner.get("/dashboard/webhooks").await.text();
+    assert!(
+        page.contains("Конечная точка отключена") && page.contains("отключена магазином"),
+        "{page}"
+    );
+    assert_eq!(
+        shop.refund(&payment, &new_key(), 100).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(receiver.deliveries().len(), 1);
+    let on = owner
+        .post(
+            "/dashboard/webhooks/state",
+            &[("csrf", &csrf), ("mode", "test"), ("enabled", "1")],
+        )
+        .await;
+    assert_eq!(on.status, StatusCode::SEE_OTHER);
+    let got = receiver.wait_for(2, WITHIN).await;
+    assert!(got[1].body.contains("refund.succeeded"), "{:?}", got[1]);
+
+    // A member of staff changes none of it.
+    let clerk_csrf = clerk.csrf().await;
+    for (path, fields) in [
+        ("/dashboard/webhooks/state", vec![("enabled", "0")]),
+        ("/dashboard/webhooks/test-event", vec![]),
+        ("/dashboard/webhooks/secret", vec![("overlap", "0")]),
+        (
+            "/dashboard/webhooks",
+            vec![("url", ""), ("type:payment.succeeded", "1")],
+        ),
+    ] {
+        let mut all = vec![("csrf", clerk_csrf.as_str()), ("mode", "test")];
+        all.extend(fields);
+        let refused = clerk.post(path, &all).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    let audit = owner.get("/dashboard/audit").await.text();
+    for line in [
+        "отключил(а) конечную точку",
+        "включил(а) конечную точку",
+        "отправил(а) тестовое событие",
+        "сменил(а) конечную точку",
+    ] {
+        assert!(audit.contains(line), "{line}: {audit}");
+    }
 }

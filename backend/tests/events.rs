@@ -30,6 +30,8 @@ checkout_testkit::on_both_databases!(
     a_rolled_signing_secret_signs_beside_the_old_one_until_the_overlap_ends,
     a_payments_events_carry_its_versions_in_order,
     a_shop_recovers_every_event_it_missed_since_a_time,
+    an_endpoint_takes_only_its_types_and_a_test_event_always,
+    an_endpoint_failing_too_long_is_disabled_told_and_enabled_again,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -887,5 +889,220 @@ async fn a_shop_recovers_every_event_it_missed_since_a_time(backend: Backend) {
     recover(&w.shopper, serde_json::json!({ "since": since }))
         .await
         .assert_problem(403, "forbidden");
+    w.db.assert_invariants().await;
+}
+
+/// `POST /api/webhook-endpoint` with this body, by the shop's key: the answer.
+async fn update_endpoint(shop: &Shop, body: Value) -> support::Answer {
+    shop.api
+        .send(shop.api.post("/api/webhook-endpoint", None, &body))
+        .await
+        .unwrap()
+}
+
+/// The id of the shop's newest event of this type.
+async fn newest_of_type(shop: &Shop, event_type: &str) -> Option<Value> {
+    events(shop, "?limit=100").await["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == event_type)
+        .cloned()
+}
+
+async fn an_endpoint_takes_only_its_types_and_a_test_event_always(backend: Backend) {
+    let w = world(backend).await;
+    let shown = w.shop.api.get("/api/webhook-endpoint").await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert_eq!(shown.json()["enabled"], true);
+    assert_eq!(shown.json()["event_types"], serde_json::json!([]));
+    assert_eq!(shown.json()["url"], w.receiver.url.as_str());
+
+    for (bad, status) in [
+        (serde_json::json!({"event_types": ["payment.failed"]}), 400),
+        (serde_json::json!({"colour": "red"}), 400),
+        (serde_json::json!({"url": "ftp://example.ru/hook"}), 400),
+    ] {
+        update_endpoint(&w.shop, bad.clone())
+            .await
+            .assert_problem(status, "invalid_request");
+    }
+    let shopper_asks = w.shopper.get("/api/webhook-endpoint").await;
+    shopper_asks.assert_problem(403, "forbidden");
+
+    let set = update_endpoint(
+        &w.shop,
+        serde_json::json!({"event_types": ["refund.succeeded", "refund.succeeded"]}),
+    )
+    .await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    assert_eq!(
+        set.json()["event_types"],
+        serde_json::json!(["refund.succeeded"])
+    );
+    let payment = pay(&w, "TYPES-1", 10_000).await;
+    let refunded = w.shop.refund(&payment, &new_key(), 1_000).await;
+    assert_eq!(refunded.status, StatusCode::CREATED);
+    let got = w.receiver.wait_for(1, WITHIN).await;
+    assert_eq!(body(&got[0])["type"], "refund.succeeded");
+    let paid_event = newest_of_type(&w.shop, "payment.succeeded").await.unwrap();
+    assert_eq!(paid_event["status"], "filtered");
+
+    // A test event reaches it whatever types it takes, signed like any other.
+    let sent = w
+        .shop
+        .api
+        .send(
+            w.shop
+                .api
+                .post("/api/webhook-endpoint/test-event", None, &Value::Null),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sent.status, StatusCode::ACCEPTED, "{}", sent.body);
+    let test_id = sent.json()["event_id"].as_str().unwrap().to_owned();
+    let got = w.receiver.wait_for(2, WITHIN).await;
+    assert_eq!(got[1].webhook_id, test_id);
+    assert_eq!(body(&got[1])["type"], "webhook.test");
+    verify(&w.shop, &got[1]);
+    wait_for_status(&w.shop, &test_id, "delivered").await;
+    let attempts = w
+        .shop
+        .api
+        .get(&format!("/api/events/{test_id}/attempts"))
+        .await
+        .json();
+    let attempts = attempts["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0]["status"], 200);
+    assert_eq!(attempts[0]["url"], w.receiver.url.as_str());
+    // The filtered event is sent when asked for by hand.
+    let asked = w
+        .shop
+        .api
+        .send(w.shop.api.post(
+            &format!(
+                "/api/events/{}/redelivery",
+                paid_event["event_id"].as_str().unwrap()
+            ),
+            None,
+            &Value::Null,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.body);
+    let got = w.receiver.wait_for(3, WITHIN).await;
+    assert_eq!(body(&got[2])["type"], "payment.succeeded");
+    // Every type again: a later payment goes out. The broker never hears a test event.
+    update_endpoint(&w.shop, serde_json::json!({"event_types": []})).await;
+    pay(&w, "TYPES-2", 10_000).await;
+    w.receiver.wait_for(4, WITHIN).await;
+    assert_eq!(
+        w.db.scalar("SELECT COUNT(*) FROM webhook_events WHERE type = 'webhook.test' AND published_at IS NULL")
+            .await,
+        0
+    );
+    w.db.assert_invariants().await;
+}
+
+async fn an_endpoint_failing_too_long_is_disabled_told_and_enabled_again(backend: Backend) {
+    let w = world_with(
+        backend,
+        &[
+            ("CHECKOUT_WEBHOOK_DISABLE_AFTER", "400ms"),
+            ("CHECKOUT_WEBHOOK_ATTEMPTS", "100"),
+        ],
+    )
+    .await;
+    let owner = format!("owner-{}@shop.example.ru", uuid::Uuid::new_v4().simple());
+    let link = w.server.invite(&w.shop.shop_id, &owner, "owner").await;
+    let joined = w.server.dashboard().accept(&link, "пароль-владельца").await;
+    assert_eq!(joined.status, StatusCode::SEE_OTHER);
+    w.receiver.answer(vec![], Answer::Status(503));
+    let payment = pay(&w, "DOWN-1", 10_000).await;
+    support::wait_until(
+        "the endpoint is disabled",
+        Duration::from_secs(20),
+        || async { w.shop.api.get("/api/webhook-endpoint").await.json()["enabled"] == false },
+    )
+    .await;
+    let endpoint = w.shop.api.get("/api/webhook-endpoint").await.json();
+    assert!(
+        endpoint["disabled_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no 2xx answer for"),
+        "{endpoint}"
+    );
+    assert!(endpoint["failing_since"].is_string(), "{endpoint}");
+    // The shop is told: an event in its list (never sent to the endpoint it tells of), a mail.
+    let alert = newest_of_type(&w.shop, "webhook_endpoint.disabled")
+        .await
+        .unwrap();
+    assert_eq!(alert["status"], "no_endpoint");
+    assert_eq!(alert["body"]["data"]["url"], w.receiver.url.as_str());
+    let mail = support::mail::receiver()
+        .nth_mail(&owner, Some(&w.server.mail_from), 2)
+        .await;
+    assert_eq!(mail.subject, "Вебхуки магазина отключены");
+    assert!(mail.text.contains(&w.receiver.url), "{}", mail.text);
+    let paid_event = newest_of_type(&w.shop, "payment.succeeded").await.unwrap();
+    assert_eq!(paid_event["status"], "no_endpoint");
+    assert_eq!(
+        w.db.scalar(
+            "SELECT COUNT(*) FROM audit_log WHERE action = 'endpoint.disabled' AND email = 'касса'"
+        )
+        .await,
+        1
+    );
+
+    // Nothing more goes to it while disabled, however it answers now.
+    w.receiver.answer(vec![], Answer::Status(200));
+    let tried = w.receiver.deliveries().len();
+    let second = pay(&w, "DOWN-2", 10_000).await;
+    let refund = w.shop.refund(&payment, &new_key(), 500).await;
+    assert_eq!(refund.status, StatusCode::CREATED);
+    assert_eq!(
+        w.receiver.deliveries().len(),
+        tried,
+        "nothing sent while disabled"
+    );
+
+    // Enabled again: what it missed arrives, in each payment's order.
+    let enabled = update_endpoint(&w.shop, serde_json::json!({"enabled": true})).await;
+    assert_eq!(enabled.json()["enabled"], true, "{}", enabled.body);
+    assert!(enabled.json()["failing_since"].is_null());
+    let got = w.receiver.wait_for(tried + 3, WITHIN).await;
+    let fresh: Vec<(String, String)> = got[tried..]
+        .iter()
+        .map(|d| {
+            let b = body(d);
+            (
+                b["type"].as_str().unwrap().to_owned(),
+                b["data"]["payment_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let of_first: Vec<&str> = fresh
+        .iter()
+        .filter(|(_, p)| *p == payment)
+        .map(|(t, _)| t.as_str())
+        .collect();
+    assert_eq!(
+        of_first,
+        ["payment.succeeded", "refund.succeeded"],
+        "{fresh:?}"
+    );
+    assert!(fresh.iter().any(|(_, p)| *p == second), "{fresh:?}");
+    assert!(
+        !fresh.iter().any(|(t, _)| t == "webhook_endpoint.disabled"),
+        "the alert is never sent to the endpoint it tells of"
+    );
+    // The shop disables it by hand too; a retry of the same change changes nothing.
+    for _ in 0..2 {
+        let off = update_endpoint(&w.shop, serde_json::json!({"enabled": false})).await;
+        assert_eq!(off.json()["enabled"], false);
+        assert_eq!(off.json()["disabled_reason"], "disabled by the shop");
+    }
     w.db.assert_invariants().await;
 }

@@ -329,6 +329,95 @@ pub struct EventsRecovered {
     pub since: String,
 }
 
+/// A shop's webhook endpoint in the key's mode: `GET /api/webhook-endpoint`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WebhookEndpoint {
+    /// Where events are sent; `null`: nowhere (they are kept as `no_endpoint`).
+    pub url: Option<String>,
+    /// The event types it takes; empty: every type. Others are kept as `filtered`. A
+    /// `webhook.test` always reaches it.
+    pub event_types: Vec<String>,
+    /// `false` once disabled, by its owner or by the checkout after it failed for days without a
+    /// success (then a `webhook_endpoint.disabled` event is in the list and its owners are
+    /// mailed); events wait as `no_endpoint` and go to it when it is enabled again.
+    pub enabled: bool,
+    /// RFC 3339: when it was disabled.
+    pub disabled_at: Option<String>,
+    pub disabled_reason: Option<String>,
+    /// RFC 3339: its first failure since its last success, while it is failing.
+    pub failing_since: Option<String>,
+    /// RFC 3339: until when the rolled signing secret still signs beside the new one.
+    pub old_secret_expires_at: Option<String>,
+    pub livemode: bool,
+}
+
+/// `POST /api/webhook-endpoint`: what to change; a field left out stays as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateWebhookEndpoint {
+    /// An `https` URL (`http` only to a loopback address); `""` removes the endpoint.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Among `payment.succeeded`, `refund.succeeded`, `checkout_session.expired`; `[]`: every type.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    /// `false` disables it; `true` enables it, and what it missed is sent.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// `POST /api/webhook-endpoint/signing-secret`: a new signing secret for the key's mode.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RollSigningSecret {
+    /// Seconds the old secret still signs beside the new one (every event then carries both
+    /// signatures), at most 604 800 (7 days); 0 (default): it stops now.
+    #[serde(default)]
+    pub overlap_secs: u64,
+}
+
+/// The new signing secret, shown in this answer and on the owner's dashboard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SigningSecretRolled {
+    pub signing_secret: String,
+    /// RFC 3339: until when the old one signs too; `null`: it stopped.
+    pub old_secret_expires_at: Option<String>,
+}
+
+/// `POST /api/webhook-endpoint/test-event`: the test event written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TestEventSent {
+    pub event_id: String,
+}
+
+/// One attempt to deliver an event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeliveryAttempt {
+    /// 1 for the first attempt (counted again from 1 after a redelivery or a recovery).
+    pub attempt: i64,
+    pub url: String,
+    /// RFC 3339: when it was sent.
+    pub at: String,
+    /// The HTTP status answered; `null`: none came (a timeout, a refused connection).
+    pub status: Option<i64>,
+    pub latency_ms: i64,
+    /// The answer's first 200 bytes, or why there was none.
+    pub excerpt: String,
+}
+
+/// `GET /api/events/{event_id}/attempts`: every attempt, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeliveryAttempts {
+    pub attempts: Vec<DeliveryAttempt>,
+}
+
 /// `POST /api/shoppers` (sign-up) and `POST /api/shoppers/sign-in`: a live shopper's e-mail and
 /// password, sent only to the checkout's own origin.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

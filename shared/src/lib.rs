@@ -11,11 +11,12 @@ pub mod problem;
 
 pub use api::{
     Account, CheckoutSession, CheckoutSessionStatus, CodeSent, CreateCheckoutSession,
-    CreatePayment, CreateRefund, DemoCart, DemoSession, EVENTS_EXCHANGE, EmailCode, EventBody,
-    EventList, EventRecovery, EventView, EventsRecovered, KeyState, KeyStatus, LineItem,
-    PasskeyAnswer, PasskeyChallenge, PasskeyList, PasskeyView, Payment, PaymentDetails,
-    PaymentStatus, Recovery, RecoveryRequest, Refund, ShopView, ShopperCredentials, ShopperToken,
-    SignUp,
+    CreatePayment, CreateRefund, DeliveryAttempt, DeliveryAttempts, DemoCart, DemoSession,
+    EVENTS_EXCHANGE, EmailCode, EventBody, EventList, EventRecovery, EventView, EventsRecovered,
+    KeyState, KeyStatus, LineItem, PasskeyAnswer, PasskeyChallenge, PasskeyList, PasskeyView,
+    Payment, PaymentDetails, PaymentStatus, Recovery, RecoveryRequest, Refund, RollSigningSecret,
+    ShopView, ShopperCredentials, ShopperToken, SignUp, SigningSecretRolled, TestEventSent,
+    UpdateWebhookEndpoint, WebhookEndpoint,
 };
 pub use key::{
     IDEMPOTENCY_KEY_EXPIRES_HEADER, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER,

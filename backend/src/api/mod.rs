@@ -11,6 +11,7 @@ pub mod accounts;
 pub mod assets;
 pub mod dashboard;
 pub mod demo;
+pub mod endpoints;
 pub mod events;
 pub mod extract;
 pub mod health;

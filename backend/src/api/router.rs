@@ -24,8 +24,8 @@ use crate::api::problem::problem_response;
 use crate::api::site::{self, Framable};
 use crate::api::state::AppState;
 use crate::api::{
-    accounts, dashboard, demo, events, health, keys, openapi, passkeys, payments, refunds,
-    sessions, shoppers,
+    accounts, dashboard, demo, endpoints, events, health, keys, openapi, passkeys, payments,
+    refunds, sessions, shoppers,
 };
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
@@ -126,6 +126,23 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
             "POST",
             "/api/events/{event_id}/redelivery",
             post(events::redeliver),
+        ),
+        (
+            "GET",
+            "/api/events/{event_id}/attempts",
+            get(endpoints::attempts),
+        ),
+        ("GET", "/api/webhook-endpoint", get(endpoints::get)),
+        ("POST", "/api/webhook-endpoint", post(endpoints::update)),
+        (
+            "POST",
+            "/api/webhook-endpoint/signing-secret",
+            post(endpoints::roll_secret),
+        ),
+        (
+            "POST",
+            "/api/webhook-endpoint/test-event",
+            post(endpoints::test_event),
         ),
         ("GET", "/api/account", get(accounts::get)),
         (

@@ -6,6 +6,7 @@ use checkout_shared::{EventBody, EventView, Payment, Refund};
 use serde_json::json;
 
 use crate::operations::error::ApiError;
+use crate::store::endpoints::EndpointRow;
 use crate::store::{EventRow, NewEvent, Store, StoreError, Tx};
 use crate::{clock, ids};
 
@@ -15,6 +16,13 @@ pub const SESSION_EXPIRED: &str = "checkout_session.expired";
 /// Live money deposited to a shopper: kept in the outbox under the funding account (no shop
 /// hears it; it is the operator's record and a broker's, later).
 pub const DEPOSIT_SUCCEEDED: &str = "deposit.succeeded";
+/// A test its endpoint's owner sent (a receiver answers it `2xx` and does nothing else).
+pub const WEBHOOK_TEST: &str = "webhook.test";
+/// The checkout disabled the shop's endpoint (it failed for days) or its owner did: in the
+/// shop's list of events (never sent to the endpoint it tells of), and mailed to its owners.
+pub const ENDPOINT_DISABLED: &str = "webhook_endpoint.disabled";
+/// The types a shop's endpoint may choose among (the endpoint's own two always reach it).
+pub const SHOP_EVENT_TYPES: [&str; 3] = [PAYMENT_SUCCEEDED, REFUND_SUCCEEDED, SESSION_EXPIRED];
 
 /// What was bought, as the session's shop set it: the payment's event carries it, so that
 /// whoever issues the fiscal receipt (54-ФЗ lists every line) needs nothing but the event.
@@ -129,11 +137,66 @@ pub async fn expire_sessions(store: &Store, now_ms: i64, batch: i64) -> Result<u
         .await
 }
 
+/// Records a test event for the shop account's endpoint; its id.
+pub async fn webhook_test(
+    tx: &mut Tx,
+    shop_account_id: &str,
+    livemode: bool,
+    now_ms: i64,
+) -> Result<String, StoreError> {
+    let data = json!({ "message": "Проверка конечной точки: ответьте 2xx и ничего не делайте" });
+    let event_id = ids::new_id("evt_");
+    write(
+        tx,
+        (&event_id, shop_account_id, true),
+        (WEBHOOK_TEST, &event_id, FIRST_VERSION),
+        (data, livemode),
+        now_ms,
+    )
+    .await?;
+    Ok(event_id)
+}
+
+/// Records that the endpoint was disabled: its URL, why, since when it had failed.
+pub async fn endpoint_disabled(
+    tx: &mut Tx,
+    endpoint: &EndpointRow,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let (at, reason) = endpoint.disabled.clone().unwrap_or((now_ms, String::new()));
+    let data = json!({
+        "url": endpoint.url,
+        "reason": reason,
+        "disabled_at": clock::rfc3339(at),
+        "failing_since": endpoint.failing_since.map(clock::rfc3339),
+    });
+    write(
+        tx,
+        (&ids::new_id("evt_"), &endpoint.account_id, true),
+        (ENDPOINT_DISABLED, &endpoint.account_id, FIRST_VERSION),
+        (data, endpoint.livemode),
+        now_ms,
+    )
+    .await
+}
+
 /// Writes the event of type `event_type` about `subject_id`, which the change left at
 /// `version` (the event's `sequence`).
 async fn record(
     tx: &mut Tx,
     shop_account_id: &str,
+    what: (&str, &str, i64),
+    body: (serde_json::Value, bool),
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let event_id = ids::new_id("evt_");
+    write(tx, (&event_id, shop_account_id, false), what, body, now_ms).await
+}
+
+/// Writes an event with this id for this account, about the endpoint itself or not.
+async fn write(
+    tx: &mut Tx,
+    (event_id, shop_account_id, about_endpoint): (&str, &str, bool),
     (event_type, subject_id, version): (&str, &str, i64),
     (data, livemode): (serde_json::Value, bool),
     now_ms: i64,
@@ -147,7 +210,8 @@ async fn record(
     };
     let body = serde_json::to_string(&body).expect("an event serializes");
     tx.insert_event(&NewEvent {
-        event_id: &ids::new_id("evt_"),
+        about_endpoint,
+        event_id,
         shop_account_id,
         event_type,
         subject_id,

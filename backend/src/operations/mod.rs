@@ -12,6 +12,7 @@ pub mod answers;
 pub mod demo;
 pub mod deposits;
 pub mod email_codes;
+pub mod endpoints;
 pub mod error;
 pub mod events;
 pub mod passkeys;

@@ -32,23 +32,78 @@ pub const BROKER_BACKLOG: &str =
 pub const MARK_PUBLISHED: &str =
     "UPDATE webhook_events SET published_at = $2 WHERE event_id = $1 AND published_at IS NULL";
 
+/// What becomes of a new event of type `$t` for shop account `$a`: `no_endpoint` while the shop
+/// has no endpoint or it is disabled, `filtered` when the endpoint takes only other types (its
+/// list is written `,a,b,`), else `pending`.
+macro_rules! endpoint_takes {
+    ($a:literal, $t:literal) => {
+        concat!(
+            "CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = ",
+            $a,
+            " AND webhook_disabled_at IS NULL) IS NULL THEN 'no_endpoint' \
+                  WHEN (SELECT event_types FROM shops WHERE account_id = ",
+            $a,
+            ") NOT IN ('') AND (SELECT event_types FROM shops WHERE account_id = ",
+            $a,
+            ") NOT LIKE '%,' || ",
+            $t,
+            " || ',%' THEN 'filtered' ELSE 'pending' END"
+        )
+    };
+}
+
+/// The same for an event sent whatever the shop's list says: `no_endpoint` or `pending`.
+macro_rules! endpoint_open {
+    ($a:literal) => {
+        concat!(
+            "CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = ",
+            $a,
+            " AND webhook_disabled_at IS NULL) IS NULL THEN 'no_endpoint' ELSE 'pending' END"
+        )
+    };
+}
+
 /// An event into the outbox; its place in the delivery order is the next number, safely under
 /// SQLite's one writer.
-pub const SQLITE_INSERT_EVENT: &str = "\
-    INSERT INTO webhook_events \
+pub const SQLITE_INSERT_EVENT: &str = concat!(
+    "INSERT INTO webhook_events \
            (event_id, seq, shop_account_id, type, subject_id, body, created_at, next_attempt_at, \
             status) \
     VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM webhook_events), $2, $3, $4, $5, $6, $6, \
-            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
-                 THEN 'no_endpoint' ELSE 'pending' END)";
+            ",
+    endpoint_takes!("$2", "$3"),
+    ")"
+);
 
 /// An event into the outbox; its `seq` comes from the sequence.
-pub const POSTGRES_INSERT_EVENT: &str = "\
-    INSERT INTO webhook_events \
+pub const POSTGRES_INSERT_EVENT: &str = concat!(
+    "INSERT INTO webhook_events \
            (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status) \
-    VALUES ($1, $2, $3, $4, $5, $6, $6, \
-            CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
-                 THEN 'no_endpoint' ELSE 'pending' END)";
+    VALUES ($1, $2, $3, $4, $5, $6, $6, ",
+    endpoint_takes!("$2", "$3"),
+    ")"
+);
+
+/// An event about the endpoint itself (a test, the alert that it was disabled): sent whatever
+/// types the endpoint takes, and never to the broker (no queue takes it: it is marked published).
+pub const SQLITE_INSERT_ENDPOINT_EVENT: &str = concat!(
+    "INSERT INTO webhook_events \
+           (event_id, seq, shop_account_id, type, subject_id, body, created_at, next_attempt_at, \
+            status, published_at) \
+    VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM webhook_events), $2, $3, $4, $5, $6, $6, \
+            ",
+    endpoint_open!("$2"),
+    ", $6)"
+);
+
+pub const POSTGRES_INSERT_ENDPOINT_EVENT: &str = concat!(
+    "INSERT INTO webhook_events \
+           (event_id, shop_account_id, type, subject_id, body, created_at, next_attempt_at, status, \
+            published_at) \
+    VALUES ($1, $2, $3, $4, $5, $6, $6, ",
+    endpoint_open!("$2"),
+    ", $6)"
+);
 
 /// An event is due when it is pending, its time has come, no worker holds a lease on it, its
 /// shop has a webhook URL, and no earlier event of its subject is still pending (a refund's
@@ -169,12 +224,16 @@ pub static EVENT_DELIVERED: Template = Template::new(
       WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
 );
 
-/// The next attempt $3 ms from now.
-pub static EVENT_RETRY_AT: Template = Template::new(
+/// The next attempt $3 ms from now; none while the endpoint is disabled (it was disabled while
+/// this attempt was in flight): kept as `no_endpoint` then. (The claim does not look at
+/// `webhook_disabled_at`: no event of a disabled endpoint is pending, and a condition more
+/// there made PostgreSQL's plan for a backlog ten times slower.)
+pub static EVENT_RETRY_AT: Template = Template::new(concat!(
     "UPDATE webhook_events SET next_attempt_at = {now} + $3, locked_until = NULL, lease_id = NULL, \
-            last_error = $4 \
-      WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'",
-);
+            last_error = $4, status = ",
+    endpoint_open!("webhook_events.shop_account_id"),
+    " WHERE event_id = $1 AND lease_id = $2 AND status = 'pending'"
+));
 
 /// A delivery attempt, as it was seen (written whether or not its lease still held: it was made).
 pub const INSERT_ATTEMPT: &str = "\
@@ -206,8 +265,9 @@ pub const SHOP_EVENT: &str = concat!(
 /// shop has no webhook URL.
 pub static REDELIVER_EVENT: Template = Template::new(concat!(
     "UPDATE webhook_events \
-        SET status = CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $2) IS NULL \
-                          THEN 'no_endpoint' ELSE 'pending' END, \
+        SET status = ",
+    endpoint_open!("$2"),
+    ", \
             attempts = 0, lease_id = NULL, last_error = NULL, \
             next_attempt_at = CASE WHEN locked_until > {now} THEN locked_until ELSE {now} END \
       WHERE event_id = $1 AND shop_account_id = $2 \
@@ -219,22 +279,26 @@ pub static REDELIVER_EVENT: Template = Template::new(concat!(
 /// that is `dead` (and, when $3 is 1, `delivered` too) is pending again, due now, on a fresh
 /// schedule, with its `webhook-id`; kept as `no_endpoint` while the shop has no webhook URL.
 /// Pending events are already on their way, untouched.
-pub static RECOVER_EVENTS: Template = Template::new(
+pub static RECOVER_EVENTS: Template = Template::new(concat!(
     "UPDATE webhook_events \
-        SET status = CASE WHEN (SELECT webhook_url FROM shops WHERE account_id = $1) IS NULL \
-                          THEN 'no_endpoint' ELSE 'pending' END, \
-            attempts = 0, lease_id = NULL, last_error = NULL, next_attempt_at = {now} \
-      WHERE shop_account_id = $1 AND created_at >= $2 \
-        AND (status = 'dead' OR ($3 = 1 AND status = 'delivered'))",
-);
+            SET status = ",
+    endpoint_open!("$1"),
+    ", \
+                attempts = 0, lease_id = NULL, last_error = NULL, next_attempt_at = {now} \
+          WHERE shop_account_id = $1 AND created_at >= $2 \
+            AND (status = 'dead' OR ($3 = 1 AND status = 'delivered'))"
+));
 
-/// The shop has an endpoint (again): every event it has not received goes there, due now, on
-/// a fresh schedule; an attempt in flight keeps its lease.
+/// The shop has an endpoint (again), not disabled: every event it has not received goes there,
+/// due now, on a fresh schedule (but the alert that it was disabled, which tells of it); an
+/// attempt in flight keeps its lease.
 pub static EVENTS_TO_NEW_ENDPOINT: Template = Template::new(
     "UPDATE webhook_events \
         SET status = 'pending', attempts = 0, last_error = NULL, \
             next_attempt_at = CASE WHEN locked_until > {now} THEN locked_until ELSE {now} END \
-      WHERE shop_account_id = $1 AND status IN ('pending', 'no_endpoint')",
+      WHERE shop_account_id = $1 AND status IN ('pending', 'no_endpoint') \
+        AND type <> 'webhook_endpoint.disabled' \
+        AND (SELECT webhook_disabled_at FROM shops WHERE account_id = $1) IS NULL",
 );
 
 /// The shop has no endpoint any more: what waited for delivery is kept, as `no_endpoint`.
@@ -329,6 +393,14 @@ pub struct AttemptSeen {
     pub excerpt: String,
 }
 
+/// What a delivery worker's turn leased, and the endpoints it found failing: each shop
+/// account's, with the first failure since its last success (Unix ms).
+#[derive(Clone, Debug, Default)]
+pub struct Turn {
+    pub events: Vec<EventRow>,
+    pub failing: Vec<(String, i64)>,
+}
+
 /// Due events a worker asks to lease: at most `limit`, for `lease_ms` (by the database's
 /// clock), under `lease_id`, with at most `per_shop` of any one shop in flight.
 #[derive(Clone, Debug)]
@@ -352,6 +424,8 @@ pub struct UnpublishedEvent {
 
 /// An event to write in the transaction of the change it tells of.
 pub struct NewEvent<'a> {
+    /// About the endpoint itself (see [`SQLITE_INSERT_ENDPOINT_EVENT`]).
+    pub about_endpoint: bool,
     pub event_id: &'a str,
     pub shop_account_id: &'a str,
     pub event_type: &'a str,
@@ -451,21 +525,39 @@ impl Store {
         &self,
         ended: Vec<EndedAttempt>,
         lease: Option<LeaseRequest>,
-    ) -> Result<Vec<EventRow>, StoreError> {
+    ) -> Result<Turn, StoreError> {
         let lease = match lease {
             Some(_) if ended.is_empty() && !self.any_due_event().await? => None,
             lease => lease,
         };
         if ended.is_empty() && lease.is_none() {
-            return Ok(Vec::new());
+            return Ok(Turn::default());
         }
         self.write(move |tx| {
             Box::pin(async move {
                 for attempt in &ended {
                     tx.settle_event(attempt).await?;
                 }
+                // Each endpoint tried in this turn: answered (any 2xx) or failing since when.
+                let mut tried: Vec<(&str, bool)> = Vec::new();
+                for seen in ended.iter().filter_map(|a| a.seen.as_ref()) {
+                    let answered = (200..300).contains(&seen.status.unwrap_or(0));
+                    match tried.iter_mut().find(|(a, _)| *a == seen.shop_account_id) {
+                        Some((_, any)) => *any |= answered,
+                        None => tried.push((&seen.shop_account_id, answered)),
+                    }
+                }
+                let mut failing = Vec::new();
+                for (account_id, answered) in tried {
+                    if let Some(since) = tx.note_endpoint(account_id, answered).await? {
+                        failing.push((account_id.to_owned(), since));
+                    }
+                }
                 let Some(lease) = lease else {
-                    return Ok(Vec::new());
+                    return Ok(Turn {
+                        events: Vec::new(),
+                        failing,
+                    });
                 };
                 let statement = tx.spelled(
                     SQLITE_CLAIM_DUE_EVENTS.sqlite(),
@@ -484,7 +576,7 @@ impl Store {
                     )
                     .await?;
                 events.sort_by_key(|e| e.seq);
-                Ok(events)
+                Ok(Turn { events, failing })
             })
         })
         .await
@@ -635,12 +727,17 @@ impl Tx {
             Arg::Text(event.body),
             Arg::Int(event.created_at),
         ];
+        let (sqlite, postgres) = if event.about_endpoint {
+            (SQLITE_INSERT_ENDPOINT_EVENT, POSTGRES_INSERT_ENDPOINT_EVENT)
+        } else {
+            (SQLITE_INSERT_EVENT, POSTGRES_INSERT_EVENT)
+        };
         match self {
             Tx::Postgres(tx) => {
-                tx.defer(POSTGRES_INSERT_EVENT, &args);
+                tx.defer(postgres, &args);
                 Ok(())
             }
-            Tx::Sqlite(_) => self.execute(SQLITE_INSERT_EVENT, &args).await.map(|_| ()),
+            Tx::Sqlite(_) => self.execute(sqlite, &args).await.map(|_| ()),
         }
     }
 }

@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod deposits;
 pub mod email_codes;
+pub mod endpoints;
 pub mod events;
 pub mod invariants;
 pub mod keys;
@@ -34,7 +35,7 @@ use checkout_idempotency::{Classify, Failure, Finish, Work};
 pub use accounts::{AccountKind, AccountRow, ShopRow, ShopperLogin, TokenHolder};
 pub use deposits::NewDeposit;
 pub use events::{
-    AttemptSeen, EndedAttempt, EventRow, EventSettled, LeaseRequest, NewEvent, OutboxBacklog,
+    AttemptSeen, EndedAttempt, EventRow, EventSettled, LeaseRequest, NewEvent, OutboxBacklog, Turn,
     UnpublishedEvent,
 };
 pub use payments::{

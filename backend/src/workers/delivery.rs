@@ -21,8 +21,10 @@ use checkout_idempotency::now_ms;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::mail::Mailer;
+use crate::operations::endpoints::{self, By};
 use crate::store::{
-    AttemptSeen, EndedAttempt, EventRow, EventSettled, LeaseRequest, ShopRow, Store,
+    AttemptSeen, EndedAttempt, EventRow, EventSettled, LeaseRequest, ShopRow, Store, Turn,
 };
 
 #[derive(Clone, Debug)]
@@ -41,6 +43,11 @@ pub struct DeliverySettings {
     /// Sends in flight at once to any one shop (leases count across instances): the claim
     /// takes turns between shops, so one shop's hanging endpoint holds at most this many.
     pub per_shop: usize,
+    /// An endpoint failing this long without one success is disabled.
+    pub disable_after: Duration,
+    /// Where the alert of a disabled endpoint is mailed from (its shop's owners); none: only the
+    /// event in the shop's list, the log and the metric tell.
+    pub alert: Option<Arc<Mailer>>,
 }
 
 pub const MAX_PAUSE: Duration = Duration::from_secs(4 * 3600);
@@ -54,6 +61,8 @@ impl Default for DeliverySettings {
             poll: Duration::from_millis(500),
             in_flight: 32,
             per_shop: 8,
+            disable_after: crate::operations::endpoints::DISABLE_AFTER,
+            alert: None,
         }
     }
 }
@@ -119,8 +128,9 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
                 .unwrap_or_default();
             let mut full_batch = false;
             match store.settle_and_lease(ended.clone(), lease).await {
-                Ok(events) => {
+                Ok(Turn { events, failing }) => {
                     ended.clear();
+                    disable_failing(&store, &settings, failing).await;
                     full_batch = free > 0 && events.len() == free;
                     // Each shop read once per turn, not once per event.
                     let mut shops: HashMap<String, Result<Option<ShopRow>, String>> =
@@ -160,6 +170,42 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
             }
         }
     })
+}
+
+/// Disables each endpoint that has failed for longer than the settings allow, and tells its
+/// shop's owners. A crash before it is decided again at the endpoint's next failed attempt.
+async fn disable_failing(store: &Store, settings: &DeliverySettings, failing: Vec<(String, i64)>) {
+    let now = now_ms();
+    for (account_id, since) in failing {
+        if now - since < millis(settings.disable_after) {
+            continue;
+        }
+        let reason = format!(
+            "no 2xx answer for {}",
+            humantime::format_duration(Duration::from_millis(
+                (now - since).max(0) as u64 / 1000 * 1000
+            ))
+        );
+        match endpoints::disable(
+            store,
+            &account_id,
+            &reason,
+            Some(settings.disable_after),
+            By::Checkout,
+        )
+        .await
+        {
+            Ok(Some(endpoint)) => {
+                tracing::warn!(shop = %endpoint.shop_id, livemode = endpoint.livemode, %reason, "a failing webhook endpoint was disabled");
+                crate::metrics::endpoint_disabled();
+                if let Some(mailer) = &settings.alert {
+                    endpoints::alert_owners(store, mailer, &endpoint).await;
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "a failing endpoint could not be disabled"),
+        }
+    }
 }
 
 /// One attempt to send a leased event, and what is to be recorded of it: delivered, retried

@@ -78,6 +78,8 @@ pub fn routes() -> Router<AppState> {
             get(webhooks::endpoint).post(webhooks::set_endpoint),
         )
         .route("/dashboard/webhooks/secret", post(webhooks::roll_secret))
+        .route("/dashboard/webhooks/state", post(webhooks::set_state))
+        .route("/dashboard/webhooks/test-event", post(webhooks::test_event))
         .route("/dashboard/staff", get(staff::members))
         .route("/dashboard/staff/invitations", post(staff::invite))
         .route("/dashboard/staff/{staff_id}", post(staff::change))

@@ -165,6 +165,9 @@ fn action_name(action: &str) -> &str {
         "events.recovered" => "отправил(а) снова пропущенное",
         "endpoint.set" => "сменил(а) конечную точку",
         "signing_secret.rolled" => "выпустил(а) новый секрет подписи",
+        "endpoint.disabled" => "отключил(а) конечную точку",
+        "endpoint.enabled" => "включил(а) конечную точку",
+        "endpoint.tested" => "отправил(а) тестовое событие",
         other => other,
     }
 }

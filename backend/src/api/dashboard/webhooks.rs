@@ -14,6 +14,8 @@ use super::{
 };
 use crate::api::state::AppState;
 use crate::clock;
+use crate::operations::endpoints::{self, By};
+use crate::operations::events::SHOP_EVENT_TYPES;
 use crate::operations::shops::{self, ShopError};
 use crate::operations::staff::Role;
 use crate::store::EventRow;
@@ -26,6 +28,7 @@ fn status_name(status: &str) -> &'static str {
         "delivered" => "доставлено",
         "dead" => "не доставлено",
         "no_endpoint" => "нет конечной точки",
+        "filtered" => "тип не выбран",
         _ => "неизвестно",
     }
 }
@@ -299,12 +302,28 @@ pub async fn endpoint(
         .as_ref()
         .map(|(_, until)| *until)
         .filter(|u| *u > clock::now_ms());
+    let endpoint = endpoints::get(&app.store, &signed.member.shop_id, mode.livemode()).await?;
+    let takes =
+        |t: &str| endpoint.event_types.is_empty() || endpoint.event_types.iter().any(|e| e == t);
     let content = html! {
         section.panel {
             h1 { "Вебхуки: " (if mode == Mode::Live { "настоящие деньги" } else { "тестовые деньги" }) }
-            @if query.contains_key("saved") { p.notice role="status" { "Адрес сохранён." } }
+            @if query.contains_key("saved") { p.notice role="status" { "Настройки сохранены." } }
+            @if let Some(event_id) = query.get("test_event") {
+                p.notice role="status" { "Тестовое событие отправлено: " a.mono href=(mode.href(&format!("/dashboard/events/{event_id}"))) { (event_id) } }
+            }
+            @if let Some((at, reason)) = &endpoint.disabled {
+                div.alert role="alert" {
+                    strong { "Конечная точка отключена " (when(*at)) "." }
+                    " Причина: " (reason_text(reason)) ". События не потеряны: они ждут и уйдут на неё, когда её включат."
+                }
+            } @else if let Some(since) = endpoint.failing_since {
+                p.alert role="alert" { "Конечная точка не отвечает успехом с " (when(since)) ". Если так продлится, касса её отключит." }
+            }
             dl.facts {
-                div { dt { "Конечная точка" } dd.mono { (shop.webhook_url.as_deref().unwrap_or("не задана")) } }
+                div { dt { "Конечная точка" } dd.mono { (endpoint.url.as_deref().unwrap_or("не задана")) } }
+                div { dt { "Состояние" } dd #endpoint-state { (if endpoint.disabled.is_some() { "отключена" } else { "включена" }) } }
+                div { dt { "События" } dd { (if endpoint.event_types.is_empty() { "все типы".to_owned() } else { endpoint.event_types.join(", ") }) } }
                 @if let Some(until) = old_until {
                     div { dt { "Старый секрет подписывает до" } dd { (when(until)) } }
                 }
@@ -313,8 +332,30 @@ pub async fn endpoint(
                 form.stack method="post" action="/dashboard/webhooks" {
                     (hidden(&signed, mode))
                     label for="url" { "Адрес конечной точки (пусто — не отправлять)" }
-                    input #url type="url" name="url" value=(shop.webhook_url.as_deref().unwrap_or(""));
+                    input #url type="url" name="url" value=(endpoint.url.as_deref().unwrap_or(""));
+                    fieldset {
+                        legend { "Какие события отправлять" }
+                        @for t in SHOP_EVENT_TYPES {
+                            label.check { input type="checkbox" name=(format!("type:{t}")) value="1" checked[takes(t)]; " " span.mono { (t) } }
+                        }
+                    }
                     button.primary type="submit" { "Сохранить" }
+                }
+                div.actions {
+                    form method="post" action="/dashboard/webhooks/state" {
+                        (hidden(&signed, mode))
+                        @if endpoint.disabled.is_some() {
+                            input type="hidden" name="enabled" value="1";
+                            button.primary type="submit" { "Включить" }
+                        } @else {
+                            input type="hidden" name="enabled" value="0";
+                            button.secondary type="submit" { "Отключить" }
+                        }
+                    }
+                    form method="post" action="/dashboard/webhooks/test-event" {
+                        (hidden(&signed, mode))
+                        button.secondary type="submit" { "Отправить тестовое событие" }
+                    }
                 }
             }
         }
@@ -353,24 +394,93 @@ pub async fn endpoint(
     ))
 }
 
-/// `POST /dashboard/webhooks`: the mode's endpoint set or cleared (owner).
+/// The reason an endpoint was disabled, as its owner reads it.
+fn reason_text(reason: &str) -> String {
+    match reason.strip_prefix("no 2xx answer for ") {
+        Some(how_long) => format!("касса не получала успешного ответа {how_long}"),
+        None if reason == "disabled by the shop" => "отключена магазином".into(),
+        None => reason.to_owned(),
+    }
+}
+
+/// `POST /dashboard/webhooks`: the mode's endpoint set or cleared, and the types it takes
+/// (owner).
 pub async fn set_endpoint(State(app): State<AppState>, signed: Signed, form: Posted) -> PageResult {
     let (form, mode) = signed.posted(form, Role::Owner)?;
     let url = form.get("url").map(|u| u.trim()).filter(|u| !u.is_empty());
-    shops::set_webhook_url(
-        &app.store,
-        &signed.member.shop_id,
-        Some(mode.livemode()),
-        url,
-    )
-    .await
-    .map_err(shop_failure)?;
+    let types: Vec<String> = SHOP_EVENT_TYPES
+        .iter()
+        .filter(|t| form.contains_key(&format!("type:{t}")))
+        .map(|t| (*t).to_owned())
+        .collect();
+    if types.is_empty() {
+        return Err(Failure::Shown(
+            StatusCode::BAD_REQUEST,
+            "Выберите хотя бы один тип событий (или уберите адрес, чтобы не отправлять ничего)"
+                .into(),
+        ));
+    }
+    // Every type chosen is written as "every type": new kinds of events will reach it too.
+    let types = if types.len() == SHOP_EVENT_TYPES.len() {
+        Vec::new()
+    } else {
+        types
+    };
+    let shop_id = &signed.member.shop_id;
+    shops::set_webhook_url(&app.store, shop_id, Some(mode.livemode()), url)
+        .await
+        .map_err(shop_failure)?;
+    endpoints::set_event_types(&app.store, shop_id, mode.livemode(), &types).await?;
     app.deliveries.notify_one();
-    let subject = format!("{}: {}", mode.as_str(), url.unwrap_or("—"));
+    let subject = format!(
+        "{}: {} [{}]",
+        mode.as_str(),
+        url.unwrap_or("—"),
+        if types.is_empty() {
+            "*".to_owned()
+        } else {
+            types.join(",")
+        }
+    );
     app.store
         .audit(&signed.member.audit("endpoint.set", &subject))
         .await?;
     Ok(see_other(&mode.href("/dashboard/webhooks?saved=1")))
+}
+
+/// `POST /dashboard/webhooks/state`: the endpoint disabled or enabled (owner).
+pub async fn set_state(State(app): State<AppState>, signed: Signed, form: Posted) -> PageResult {
+    let (form, mode) = signed.posted(form, Role::Owner)?;
+    let shop = signed.shop(&app, mode).await?;
+    let by = By::Member(&signed.member);
+    if form.get("enabled").map(String::as_str) == Some("1") {
+        endpoints::enable(&app.store, &shop.shop_id, mode.livemode(), by).await?;
+        app.deliveries.notify_one();
+    } else {
+        endpoints::disable(
+            &app.store,
+            &shop.account_id,
+            "disabled by the shop",
+            None,
+            by,
+        )
+        .await?;
+    }
+    Ok(see_other(&mode.href("/dashboard/webhooks?saved=1")))
+}
+
+/// `POST /dashboard/webhooks/test-event`: a `webhook.test` to the endpoint (owner).
+pub async fn test_event(State(app): State<AppState>, signed: Signed, form: Posted) -> PageResult {
+    let (_, mode) = signed.posted(form, Role::Owner)?;
+    let shop = signed.shop(&app, mode).await?;
+    let event_id = endpoints::send_test(&app.store, &shop.account_id, mode.livemode()).await?;
+    app.deliveries.notify_one();
+    app.store
+        .audit(&signed.member.audit("endpoint.tested", &event_id))
+        .await?;
+    Ok(see_other(&mode.href(&format!(
+        "/dashboard/webhooks?test_event={event_id}"
+    ))))
 }
 
 /// `POST /dashboard/webhooks/secret`: a new signing secret, the old one signing beside it for
