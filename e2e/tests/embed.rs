@@ -593,51 +593,24 @@ async fn axe_finds_no_violation_in_the_frame_idle_paying_paid_or_declined() {
 
     c.enter_frame_in("#a").await;
     c.wait_for(PAY_ENABLED).await;
-    assert_no_violations(&c, "idle").await;
+    c.assert_accessible("idle").await;
     c.click("button.pay", 1).await;
     c.wait_for("button.pay[aria-busy='true']").await;
-    assert_no_violations(&c, "paying").await;
+    c.assert_accessible("paying").await;
     assert_eq!(
         c.count("button.pay[aria-busy='true']").await,
         1,
         "the check ran while the payment was still held"
     );
     c.wait_for_text(".payment-id", "pay_").await;
-    assert_no_violations(&c, "paid").await;
+    c.assert_accessible("paid").await;
 
     c.enter_frame_in("#b").await;
     c.wait_for(PAY_ENABLED).await;
     c.click("button.pay", 1).await;
     c.wait_for_text(".decline-title", "Платёж не прошёл").await;
-    assert_no_violations(&c, "declined").await;
+    c.assert_accessible("declined").await;
     let _ = c.browser.close().await;
-}
-
-/// Runs axe-core (from tools/, as scripts/test installs it) on the page the scenario is in.
-async fn assert_no_violations(c: &Checkout, view: &str) {
-    let axe = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tools/node_modules/axe-core/axe.min.js");
-    let source = std::fs::read_to_string(&axe)
-        .unwrap_or_else(|e| panic!("{}: {e} (scripts/test installs axe-core)", axe.display()));
-    let loaded = c.js(&format!("{source}\nreturn typeof window.axe;")).await;
-    assert_eq!(
-        loaded,
-        json!("object"),
-        "axe-core did not load in the frame"
-    );
-    let found = c
-        .js_async(
-            "axe.run(document).then((r) => done({ passes: r.passes.length, violations: r.violations.map((v) => \
-             ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')) })) }));",
-        )
-        .await;
-    assert!(
-        found["passes"].as_u64().unwrap_or(0) >= 10,
-        "axe checked little: {found}"
-    );
-    let violations = &found["violations"];
-    c.screenshot(&format!("seen-axe-{view}")).await;
-    assert_eq!(violations, &json!([]), "axe in the {view} view");
 }
 
 /// Live money in the frame: the frame offers only «Войти», which opens the account window (a
@@ -678,7 +651,7 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     assert_eq!(said, json!("none"));
     assert_eq!(c.count("button.pay").await, 0);
     assert_eq!(c.count("input").await, 0, "no field in the shop's frame");
-    assert_no_violations(&c, "live-sign-in").await;
+    c.assert_accessible("live-sign-in").await;
     c.on_top().await;
     c.screenshot("live-frame-sign-in").await;
     c.enter_frame_in("#a").await;
@@ -706,7 +679,7 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame(backend: Backend) {
     c.enter_frame_in("#a").await;
     c.wait_for(".sign-out").await;
     c.wait_for_text(".balance", "0,00").await;
-    assert_no_violations(&c, "live-signed-in").await;
+    c.assert_accessible("live-signed-in").await;
     c.on_top().await;
     for (size, width, height) in [("phone", 390, 844), ("desktop", 1280, 800)] {
         c.browser.set_window_size(width, height).await.unwrap();
@@ -811,7 +784,7 @@ async fn a_live_shopper_pays_a_live_session_in_the_frame_postgres() {
 /// What a person sees of a view of the account window: axe-core finds nothing, and it is
 /// photographed on a phone (390 px) and a desktop.
 async fn account_view_seen(c: &Checkout, view: &str) {
-    assert_no_violations(c, view).await;
+    c.assert_accessible(view).await;
     for (size, width, height) in [("phone", 390, 844), ("desktop", 1280, 800)] {
         c.browser.set_window_size(width, height).await.unwrap();
         let fits = "return document.documentElement.scrollWidth <= window.innerWidth;";

@@ -755,3 +755,33 @@ impl Checkout {
         self.browser.switch_to_window(to).await.unwrap();
     }
 }
+
+impl Checkout {
+    /// Runs axe-core (from tools/, as scripts/test installs it) on the page the scenario is in,
+    /// photographs it as `seen-axe-{view}`, and finds no violation.
+    pub async fn assert_accessible(&self, view: &str) {
+        let axe = workspace().join("tools/node_modules/axe-core/axe.min.js");
+        let source = std::fs::read_to_string(&axe)
+            .unwrap_or_else(|e| panic!("{}: {e} (scripts/test installs axe-core)", axe.display()));
+        let loaded = self
+            .js(&format!("{source}\nreturn typeof window.axe;"))
+            .await;
+        assert_eq!(loaded, serde_json::json!("object"), "axe-core did not load");
+        let found = self
+            .js_async(
+                "axe.run(document).then((r) => done({ passes: r.passes.length, violations: r.violations.map((v) => \
+                 ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')) })) }));",
+            )
+            .await;
+        assert!(
+            found["passes"].as_u64().unwrap_or(0) >= 10,
+            "axe checked little: {found}"
+        );
+        self.screenshot(&format!("seen-axe-{view}")).await;
+        assert_eq!(
+            &found["violations"],
+            &serde_json::json!([]),
+            "axe in the {view} view"
+        );
+    }
+}

@@ -70,7 +70,10 @@ fn bars(since_ms: i64, label: &str, summary: String, series: &[Series], top: Str
                             title { (s.titles[day]) }
                         }
                     }
-                    @if day % 5 == 0 || day + 1 == days {
+                    @if day + 1 == days {
+                        // The last day's label ends at the right edge, not past it.
+                        text.tick x=(WIDTH) y=(HEIGHT - 6.0) text-anchor="end" { (day_label(since_ms, day)) }
+                    } @else if day % 5 == 0 && day + 3 < days {
                         text.tick x=(format!("{:.1}", LEFT + day as f64 * slot)) y=(HEIGHT - 6.0) { (day_label(since_ms, day)) }
                     }
                 }
@@ -214,7 +217,7 @@ pub fn success_per_day(since_ms: i64, attempts: &[Day]) -> Markup {
         max.to_string(),
     );
     html! {
-        p.rate { "За 30 дней: " strong { (percent(succeeded, tried)) } " успешных из " (tried) " попыток" }
+        p.rate { "За 30 дней успешных: " strong { (percent(succeeded, tried)) } " (попыток: " (tried) ")" }
         (chart)
     }
 }

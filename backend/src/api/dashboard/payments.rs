@@ -67,7 +67,7 @@ pub async fn overview(
                 div { dt { "Возвратов" } dd { (refund_count) " на " (rub(refund_total)) } }
                 div { dt { "Доставка вебхуков" } dd {
                     @if tried == 0 { "попыток не было" }
-                    @else { (charts::percent(succeeded, tried)) " успешных из " (tried) " попыток" }
+                    @else { (charts::percent(succeeded, tried)) " успешных (попыток: " (tried) ")" }
                 } }
             }
         }
@@ -311,7 +311,7 @@ pub async fn show(
                     (hidden(&signed, mode))
                     input type="hidden" name="key" value=(format!("dash_{}", uuid::Uuid::new_v4().simple()));
                     label for="amount" { "Сумма возврата, ₽" }
-                    input #amount type="text" inputmode="decimal" name="amount" required value=(rub(refundable).trim_end_matches(" ₽").replace('\u{a0}', ""));
+                    input #amount type="text" inputmode="decimal" name="amount" required value=(format!("{},{:02}", refundable / 100, refundable % 100));
                     button.primary type="submit" { "Вернуть" }
                 }
             }
