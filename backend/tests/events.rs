@@ -32,6 +32,7 @@ checkout_testkit::on_both_databases!(
     a_shop_recovers_every_event_it_missed_since_a_time,
     an_endpoint_takes_only_its_types_and_a_test_event_always,
     an_endpoint_failing_too_long_is_disabled_told_and_enabled_again,
+    the_signing_secret_is_rolled_through_the_api_with_an_overlap,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1105,4 +1106,57 @@ async fn an_endpoint_failing_too_long_is_disabled_told_and_enabled_again(backend
         assert_eq!(off.json()["disabled_reason"], "disabled by the shop");
     }
     w.db.assert_invariants().await;
+}
+
+async fn the_signing_secret_is_rolled_through_the_api_with_an_overlap(backend: Backend) {
+    let w = world(backend).await;
+    let roll = |body: Value| {
+        let api = w.shop.api.clone();
+        async move {
+            api.send(api.post("/api/webhook-endpoint/signing-secret", None, &body))
+                .await
+                .unwrap()
+        }
+    };
+    roll(serde_json::json!({"overlap_secs": 700_000}))
+        .await
+        .assert_problem(400, "invalid_request");
+    w.shopper
+        .send(w.shopper.post(
+            "/api/webhook-endpoint/signing-secret",
+            None,
+            &serde_json::json!({}),
+        ))
+        .await
+        .unwrap()
+        .assert_problem(403, "forbidden");
+    let rolled = roll(serde_json::json!({"overlap_secs": 3600})).await;
+    assert_eq!(rolled.status, StatusCode::OK, "{}", rolled.body);
+    let second = rolled.json()["signing_secret"].as_str().unwrap().to_owned();
+    assert!(second.starts_with("whsec_") && second != w.shop.signing_secret);
+    assert!(rolled.json()["old_signing_secret_expires_at"].is_string());
+    let shown = w.shop.api.get("/api/webhook-endpoint").await.json();
+    assert_eq!(
+        shown["old_signing_secret_expires_at"],
+        rolled.json()["old_signing_secret_expires_at"]
+    );
+    pay(&w, "ORD-API-ROLL", 100).await;
+    let got = w.receiver.wait_for(1, WITHIN).await;
+    for secret in [w.shop.signing_secret.as_str(), second.as_str()] {
+        standardwebhooks::Webhook::new(secret)
+            .unwrap()
+            .verify(got[0].body.as_bytes(), &got[0].headers)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", got[0]));
+    }
+    // No overlap: the one before stops at once.
+    let third = roll(serde_json::json!({})).await;
+    assert!(third.json()["old_signing_secret_expires_at"].is_null());
+    pay(&w, "ORD-API-ROLL-2", 100).await;
+    let got = w.receiver.wait_for(2, WITHIN).await;
+    assert_eq!(got[1].signature.split(' ').count(), 1);
+    let third = third.json()["signing_secret"].as_str().unwrap().to_owned();
+    standardwebhooks::Webhook::new(&third)
+        .unwrap()
+        .verify(got[1].body.as_bytes(), &got[1].headers)
+        .unwrap();
 }

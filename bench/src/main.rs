@@ -2,6 +2,7 @@
 //! one machine, one throwaway cluster, the same concurrency levels; and payments to one shop
 //! against payments spread over many. Writes BENCHMARKS.md and an SVG.
 
+mod dashboard;
 mod load;
 mod receipts;
 mod report;
@@ -49,6 +50,13 @@ struct Args {
     /// Where `--receipts` writes its tables.
     #[arg(long, default_value = "bench/receipts.md")]
     receipts_out: String,
+    /// Instead of the benchmark: the shop's dashboard pages' latencies once one shop holds this
+    /// many payments (each database).
+    #[arg(long)]
+    dashboard: Option<i64>,
+    /// Where `--dashboard` writes its tables.
+    #[arg(long, default_value = "bench/dashboard.md")]
+    dashboard_out: String,
     /// Where `--verify-cost` writes its table.
     #[arg(long, default_value = "bench/verify-cost.md")]
     verify_out: String,
@@ -257,6 +265,7 @@ async fn main() {
             None => kept,
         };
         report::receipts_section(&mut md);
+        report::dashboard_section(&mut md);
         std::fs::write(&args.out, md).unwrap();
         eprintln!("wrote {}", args.out);
         return;
@@ -304,6 +313,24 @@ async fn main() {
         }
     };
     let group = sqlite(vec![]).await;
+    if let Some(payments) = args.dashboard {
+        let mut runs = Vec::new();
+        for (name, target) in [("PostgreSQL", &pg), ("SQLite", &group)] {
+            runs.push(dashboard::measure(name, target, &mut numbers, payments, d).await);
+        }
+        std::fs::write(&args.dashboard_out, dashboard::markdown(&runs)).unwrap();
+        eprintln!("wrote {}", args.dashboard_out);
+        // BENCHMARKS.md keeps its other sections as the last full run wrote them.
+        let kept = std::fs::read_to_string(&args.out).unwrap_or_default();
+        let mut md = match kept.find(report::DASHBOARD_HEADING) {
+            Some(at) => kept[..at].trim_end().to_owned() + "\n",
+            None => kept,
+        };
+        report::dashboard_section(&mut md);
+        std::fs::write(&args.out, md).unwrap();
+        eprintln!("wrote {}", args.out);
+        return;
+    }
     if let Some(payments) = args.verify_cost {
         let mut costs = Vec::new();
         for (name, target) in [("PostgreSQL", &pg), ("SQLite", &group)] {

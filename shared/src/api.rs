@@ -348,7 +348,7 @@ pub struct WebhookEndpoint {
     /// RFC 3339: its first failure since its last success, while it is failing.
     pub failing_since: Option<String>,
     /// RFC 3339: until when the rolled signing secret still signs beside the new one.
-    pub old_secret_expires_at: Option<String>,
+    pub old_signing_secret_expires_at: Option<String>,
     pub livemode: bool,
 }
 
@@ -385,7 +385,7 @@ pub struct RollSigningSecret {
 pub struct SigningSecretRolled {
     pub signing_secret: String,
     /// RFC 3339: until when the old one signs too; `null`: it stopped.
-    pub old_secret_expires_at: Option<String>,
+    pub old_signing_secret_expires_at: Option<String>,
 }
 
 /// `POST /api/webhook-endpoint/test-event`: the test event written.

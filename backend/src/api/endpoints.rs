@@ -55,7 +55,7 @@ fn view(endpoint: EndpointRow) -> WebhookEndpoint {
             .map(|(at, _)| clock::rfc3339(*at)),
         disabled_reason: endpoint.disabled.map(|(_, reason)| reason),
         failing_since: endpoint.failing_since.map(clock::rfc3339),
-        old_secret_expires_at: endpoint
+        old_signing_secret_expires_at: endpoint
             .old_secret_until
             .filter(|until| *until > now)
             .map(clock::rfc3339),
@@ -170,7 +170,7 @@ pub async fn roll_secret(
     .map_err(shop_error)?;
     Ok(Json(SigningSecretRolled {
         signing_secret: secret,
-        old_secret_expires_at: until.map(clock::rfc3339),
+        old_signing_secret_expires_at: until.map(clock::rfc3339),
     }))
 }
 

@@ -7,30 +7,44 @@ use super::row::{Arg, Row, RowError};
 use super::{EventRow, Store, StoreError};
 
 /// A page of a shop's payments, newest first, after the cursor ($7, $8: the last row's time
-/// and id), filtered: `$match` on the text ($2), an amount ($3, 0 for any), a time range
-/// [$4, $5), a state ($6: '', `paid`, `partially_refunded`, `refunded`).
-macro_rules! search_payments {
-    ($match:literal) => {
-        concat!(
-            "SELECT payment_id, order_id, amount, refunded, currency, created_at, livemode \
-               FROM payments \
-              WHERE shop_account_id = $1 AND ",
-            $match,
-            " AND ($3 = 0 OR amount = $3) \
-                AND created_at >= $4 AND created_at < $5 \
-                AND ($6 = '' OR ($6 = 'paid' AND refunded = 0) \
-                     OR ($6 = 'partially_refunded' AND refunded > 0 AND refunded < amount) \
-                     OR ($6 = 'refunded' AND refunded = amount)) \
-                AND (created_at < $7 OR (created_at = $7 AND payment_id < $8)) \
-              ORDER BY created_at DESC, payment_id DESC LIMIT $9"
-        )
-    };
-}
-// An id is looked up by its key, an order id by the shop's index: no `OR` that would leave the
-// planner neither.
-const SEARCH_PAYMENTS: &str = search_payments!("$2 = ''");
-const SEARCH_PAYMENTS_BY_ID: &str = search_payments!("payment_id = $2");
-const SEARCH_PAYMENTS_BY_ORDER: &str = search_payments!("order_id = $2");
+/// and id), filtered: an amount ($3, 0 for any), a time range [$4, $5), a state ($6: '',
+/// `paid`, `partially_refunded`, `refunded`). $2 is unused here (the text searches below).
+const SEARCH_PAYMENTS: &str = "\
+    SELECT payment_id, order_id, amount, refunded, currency, created_at, livemode \
+      FROM payments \
+     WHERE shop_account_id = $1 AND $2 = '' \
+       AND ($3 = 0 OR amount = $3) \
+       AND created_at >= $4 AND created_at < $5 \
+       AND ($6 = '' OR ($6 = 'paid' AND refunded = 0) \
+            OR ($6 = 'partially_refunded' AND refunded > 0 AND refunded < amount) \
+            OR ($6 = 'refunded' AND refunded = amount)) \
+       AND (created_at < $7 OR (created_at = $7 AND payment_id < $8)) \
+     ORDER BY created_at DESC, payment_id DESC LIMIT $9";
+
+/// The same filtered by an amount alone (no state): the page's ids found by the time index
+/// alone (every column the filter and the order need is in it: an index-only walk), then their
+/// rows. Asked in one statement, PostgreSQL read the table row of every payment it passed (58 ms
+/// p95 at 120 000 payments of one shop with an amount none had).
+const SEARCH_PAYMENTS_BY_AMOUNT: &str = "\
+    SELECT payment_id, order_id, amount, refunded, currency, created_at, livemode \
+      FROM payments \
+     WHERE payment_id IN ( \
+           SELECT payment_id FROM payments \
+            WHERE shop_account_id = $1 AND amount = $2 \
+              AND created_at >= $3 AND created_at < $4 \
+              AND (created_at < $5 OR (created_at = $5 AND payment_id < $6)) \
+            ORDER BY created_at DESC, payment_id DESC LIMIT $7) \
+     ORDER BY created_at DESC, payment_id DESC";
+
+/// A payment id or an order id matches a row or two: looked up by its key or the shop's order
+/// index alone, the other filters applied to what it found (given here, SQLite's planner took
+/// the time index for them and walked every payment of the shop).
+const PAYMENT_OF_SHOP_BY_ID: &str = "\
+    SELECT payment_id, order_id, amount, refunded, currency, created_at, livemode \
+      FROM payments WHERE payment_id = $2 AND shop_account_id = $1";
+const PAYMENTS_OF_SHOP_BY_ORDER: &str = "\
+    SELECT payment_id, order_id, amount, refunded, currency, created_at, livemode \
+      FROM payments WHERE shop_account_id = $1 AND order_id = $2";
 
 /// A payment's ledger rows: its transfer's two and each refund's two, in the order written.
 const PAYMENT_LEDGER: &str = "\
@@ -39,11 +53,13 @@ const PAYMENT_LEDGER: &str = "\
       FROM ledger l JOIN accounts a ON a.account_id = l.account_id \
      WHERE l.payment_id = $1 ORDER BY l.entry_id";
 
-/// A shop's events of one subject (a payment and its refunds), in their order.
+/// The events of one subject (a payment and its refunds), in their order. By the subject's
+/// index alone: with the shop's account in the `WHERE` too, SQLite walked the shop's every
+/// event for its order instead (the caller keeps only the shop's).
 const SUBJECT_EVENTS: &str = "\
     SELECT event_id, seq, shop_account_id, type, subject_id, body, created_at, status, attempts, \
            next_attempt_at, last_error, delivered_at, lease_id \
-      FROM webhook_events WHERE subject_id = $1 AND shop_account_id = $2 ORDER BY seq";
+      FROM webhook_events WHERE subject_id = $1 ORDER BY seq";
 
 /// An event's delivery attempts, in the order they were made.
 const EVENT_ATTEMPTS: &str = "\
@@ -56,11 +72,13 @@ const PAYMENTS_PER_DAY: &str = "\
       FROM payments WHERE shop_account_id = $1 AND created_at >= $2 \
      GROUP BY (created_at - $2) / 86400000";
 
-/// The same for refunds of the shop's payments.
+/// The same for refunds of the shop's payments: read from the refunds of the days shown, each
+/// then joined to its payment (`CROSS JOIN` keeps SQLite to that order; driven from the shop's
+/// payments instead, it read every one of them).
 const REFUNDS_PER_DAY: &str = "\
     SELECT (r.created_at - $2) / 86400000 AS day, COUNT(*) AS count, CAST(SUM(r.amount) AS BIGINT) AS total \
-      FROM refunds r JOIN payments p ON p.payment_id = r.payment_id \
-     WHERE p.shop_account_id = $1 AND r.created_at >= $2 \
+      FROM refunds r CROSS JOIN payments p \
+     WHERE p.payment_id = r.payment_id AND p.shop_account_id = $1 AND r.created_at >= $2 \
      GROUP BY (r.created_at - $2) / 86400000";
 
 /// Delivery attempts to a shop's endpoints since $2, per day: how many, how many answered 2xx.
@@ -80,6 +98,20 @@ pub struct PaymentLine {
     pub currency: String,
     pub created_at: i64,
     pub livemode: bool,
+}
+
+impl PaymentLine {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        Ok(PaymentLine {
+            payment_id: row.text("payment_id")?,
+            order_id: row.text("order_id")?,
+            amount: row.int("amount")?,
+            refunded: row.int("refunded")?,
+            currency: row.text("currency")?,
+            created_at: row.int("created_at")?,
+            livemode: row.int("livemode")? == 1,
+        })
+    }
 }
 
 /// What a shop looks for among its payments.
@@ -135,41 +167,72 @@ impl Store {
         shop_account_id: &str,
         search: &PaymentSearch,
     ) -> Result<Vec<PaymentLine>, StoreError> {
-        let sql = match (search.text.is_empty(), search.text.starts_with("pay_")) {
-            (true, _) => SEARCH_PAYMENTS,
-            (false, true) => SEARCH_PAYMENTS_BY_ID,
-            (false, false) => SEARCH_PAYMENTS_BY_ORDER,
-        };
         let (before_at, before_id) = search
             .before
             .clone()
             .unwrap_or((i64::MAX, String::from("~")));
-        self.read(
-            sql,
-            &[
-                Arg::Text(shop_account_id),
-                Arg::Text(&search.text),
-                Arg::Int(search.amount),
-                Arg::Int(search.from_ms),
-                Arg::Int(search.until_ms),
-                Arg::Text(&search.state),
-                Arg::Int(before_at),
-                Arg::Text(&before_id),
-                Arg::Int(search.limit),
-            ],
-            |row| {
-                Ok(PaymentLine {
-                    payment_id: row.text("payment_id")?,
-                    order_id: row.text("order_id")?,
-                    amount: row.int("amount")?,
-                    refunded: row.int("refunded")?,
-                    currency: row.text("currency")?,
-                    created_at: row.int("created_at")?,
-                    livemode: row.int("livemode")? == 1,
-                })
-            },
-        )
-        .await
+        if search.text.is_empty() && search.amount != 0 && search.state.is_empty() {
+            return self
+                .read(
+                    SEARCH_PAYMENTS_BY_AMOUNT,
+                    &[
+                        Arg::Text(shop_account_id),
+                        Arg::Int(search.amount),
+                        Arg::Int(search.from_ms),
+                        Arg::Int(search.until_ms),
+                        Arg::Int(before_at),
+                        Arg::Text(&before_id),
+                        Arg::Int(search.limit),
+                    ],
+                    PaymentLine::read,
+                )
+                .await;
+        }
+        if search.text.is_empty() {
+            return self
+                .read(
+                    SEARCH_PAYMENTS,
+                    &[
+                        Arg::Text(shop_account_id),
+                        Arg::Text(""),
+                        Arg::Int(search.amount),
+                        Arg::Int(search.from_ms),
+                        Arg::Int(search.until_ms),
+                        Arg::Text(&search.state),
+                        Arg::Int(before_at),
+                        Arg::Text(&before_id),
+                        Arg::Int(search.limit),
+                    ],
+                    PaymentLine::read,
+                )
+                .await;
+        }
+        let sql = if search.text.starts_with("pay_") {
+            PAYMENT_OF_SHOP_BY_ID
+        } else {
+            PAYMENTS_OF_SHOP_BY_ORDER
+        };
+        let mut found = self
+            .read(
+                sql,
+                &[Arg::Text(shop_account_id), Arg::Text(&search.text)],
+                PaymentLine::read,
+            )
+            .await?;
+        found.retain(|p| {
+            let state = match p.refunded {
+                0 => "paid",
+                r if r >= p.amount => "refunded",
+                _ => "partially_refunded",
+            };
+            (search.amount == 0 || p.amount == search.amount)
+                && (search.from_ms..search.until_ms).contains(&p.created_at)
+                && (search.state.is_empty() || search.state == state)
+                && (p.created_at, p.payment_id.as_str()) < (before_at, before_id.as_str())
+        });
+        found.sort_by(|a, b| (b.created_at, &b.payment_id).cmp(&(a.created_at, &a.payment_id)));
+        found.truncate(usize::try_from(search.limit).unwrap_or(0));
+        Ok(found)
     }
 
     pub async fn payment_ledger(&self, payment_id: &str) -> Result<Vec<LedgerLine>, StoreError> {
@@ -192,12 +255,11 @@ impl Store {
         subject_id: &str,
         shop_account_id: &str,
     ) -> Result<Vec<EventRow>, StoreError> {
-        self.read(
-            SUBJECT_EVENTS,
-            &[Arg::Text(subject_id), Arg::Text(shop_account_id)],
-            EventRow::read,
-        )
-        .await
+        let mut events = self
+            .read(SUBJECT_EVENTS, &[Arg::Text(subject_id)], EventRow::read)
+            .await?;
+        events.retain(|e| e.shop_account_id == shop_account_id);
+        Ok(events)
     }
 
     pub async fn event_attempts(&self, event_id: &str) -> Result<Vec<AttemptLine>, StoreError> {

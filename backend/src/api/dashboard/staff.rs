@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use maud::html;
 
 use super::{Failure, Mode, PageResult, Posted, Section, Signed, hidden, page, see_other, when};
+use crate::api::shoppers::ClientAddress;
 use crate::api::state::AppState;
 use crate::clock;
 use crate::operations::staff::{self, Invitation, Inviter, Role};
@@ -97,8 +98,14 @@ pub async fn members(
     ))
 }
 
-/// `POST /dashboard/staff/invitations` (owner): the invitation mailed.
-pub async fn invite(State(app): State<AppState>, signed: Signed, form: Posted) -> PageResult {
+/// `POST /dashboard/staff/invitations` (owner): the invitation mailed (as many to one address,
+/// and from one client, as a live shopper's codes: no mailbox is flooded from here).
+pub async fn invite(
+    State(app): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    signed: Signed,
+    form: Posted,
+) -> PageResult {
     let (form, mode) = signed.posted(form, Role::Owner)?;
     let bad = |what: &str| Failure::Shown(StatusCode::BAD_REQUEST, what.to_owned());
     let role = form
@@ -108,6 +115,7 @@ pub async fn invite(State(app): State<AppState>, signed: Signed, form: Posted) -
     let email = form.get("email").cloned().unwrap_or_default();
     let email = crate::operations::shoppers::normalize_email(&email)
         .map_err(|_| bad("Почта должна быть вида name@example.ru"))?;
+    app.limits.mail(address, &email)?;
     let invitation = Invitation {
         shop_id: &signed.member.shop_id,
         shop_name: &signed.member.shop_name,
