@@ -1,4 +1,5 @@
-//! The shop's dashboard over HTTP, against a real server on both databases, a real SMTP server
+//! The shop's dashboard over HTTP, against a real server on every database (SQLite, PostgreSQL, and PostgreSQL behind
+//! PgBouncer in transaction mode), a real SMTP server
 //! (the invitations) and a real webhook endpoint: who gets in (only by the mailed link), what
 //! each role may do, that one shop's staff never see another's, that a refund form refunds once
 //! however often it is sent, and that every event's delivery attempts are shown as they were.
@@ -14,7 +15,7 @@ use support::dashboard::Dashboard;
 use support::receiver::{Answer, Receiver};
 use support::{Api, Backend, Server, Shop, TestDb, new_key};
 
-checkout_testkit::on_both_databases!(
+checkout_testkit::on_every_database!(
     a_member_joins_only_by_the_mailed_link_and_signs_in_and_out,
     one_shops_staff_never_see_anothers,
     a_viewer_cannot_refund_and_a_refund_form_refunds_once,
