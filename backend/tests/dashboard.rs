@@ -1,7 +1,7 @@
-//! The shop's dashboard over HTTP, against a real server on every database (SQLite, PostgreSQL, and PostgreSQL behind
-//! PgBouncer in transaction mode), a real SMTP server
-//! (the invitations) and a real webhook endpoint: who gets in (only by the mailed link), what
-//! each role may do, that one shop's staff never see another's, that a refund form refunds once
+//! The shop's dashboard over HTTP, against a real server on every database (SQLite,
+//! PostgreSQL, and PostgreSQL behind PgBouncer in transaction mode), a real SMTP server (the
+//! invitations) and a real webhook endpoint: who gets in (only by the mailed link), what each
+//! role may do, that one shop's staff never see another's, that a refund form refunds once
 //! however often it is sent, and that every event's delivery attempts are shown as they were.
 
 use std::time::Duration;
