@@ -19,17 +19,24 @@
 //! The database is reached through [`KeyStore`] and [`KeyTx`]; how a store runs a transaction
 //! (one connection each, or many requests in one group commit) is its own business, as long as
 //! no answer leaves before the commit that holds it.
+//!
+//! `tests/model/` checks all of this against a model, without a database: the real
+//! [`Protocol`] over [`memory::MemoryStore`] (PostgreSQL's or SQLite's concurrency, in memory),
+//! under every schedule of a few clients, instances, crashes, lost answers, expiries and sweeps.
 
+mod clock;
 mod fingerprint;
+pub mod memory;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use clock::{Clock, SystemClock, now_ms};
 pub use fingerprint::{Fingerprint, canonical_json, differing_fields};
 use serde_json::Value;
 
@@ -311,6 +318,7 @@ pub struct Protocol {
     key_ttl: Duration,
     lock_timeout: Duration,
     hooks: Arc<dyn Hooks>,
+    clock: Arc<dyn Clock>,
     in_flight: Arc<InFlight>,
 }
 
@@ -329,6 +337,7 @@ impl Protocol {
             key_ttl,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             hooks: Arc::new(NoHooks),
+            clock: Arc::new(SystemClock),
             in_flight: Arc::default(),
         }
     }
@@ -342,6 +351,12 @@ impl Protocol {
 
     pub fn with_hooks(self, hooks: Arc<dyn Hooks>) -> Protocol {
         Protocol { hooks, ..self }
+    }
+
+    /// The clock keys' ages and waits are read from: the wall clock unless told otherwise (the
+    /// model checker moves its own).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Protocol {
+        Protocol { clock, ..self }
     }
 
     pub fn key_ttl(&self) -> Duration {
@@ -384,7 +399,7 @@ impl Protocol {
         let asked = Asked::of(&request, &fingerprint);
         // A completed key is answered from a plain read where that is cheap: such replays take
         // no write at all. (Elsewhere the claim below finds it.)
-        let live_after = now_ms().saturating_sub(self.ttl_ms());
+        let live_after = self.clock.now_ms().saturating_sub(self.ttl_ms());
         if store.reads_before_claim()
             && let Some(record) = store.stored_key(request.scope, request.key).await?
             && record.created_at_ms >= live_after
@@ -395,7 +410,7 @@ impl Protocol {
         // A copy of a request this process is executing waits for it, bounded, in memory; then
         // the first copy's answer is in storage. The bound is one deadline for all of it: a
         // first copy that failed, and a third that took its place, do not start it again.
-        let deadline = tokio::time::Instant::now() + self.lock_timeout;
+        let mut deadline = None;
         let mut in_flight = None;
         for _attempt in 0..MAX_ATTEMPTS {
             match self.in_flight.enter(request.scope, request.key) {
@@ -404,11 +419,14 @@ impl Protocol {
                     break;
                 }
                 Entry::Behind(mut done) => {
-                    let waited = tokio::time::timeout_at(deadline, done.changed()).await;
-                    if waited.is_err() {
-                        return Ok(Outcome::InUse);
+                    let deadline =
+                        deadline.get_or_insert_with(|| self.clock.sleep(self.lock_timeout));
+                    tokio::select! {
+                        biased;
+                        _ = done.changed() => {}
+                        () = deadline.as_mut() => return Ok(Outcome::InUse),
                     }
-                    let live_after = now_ms().saturating_sub(self.ttl_ms());
+                    let live_after = self.clock.now_ms().saturating_sub(self.ttl_ms());
                     if let Some(record) = store.stored_key(request.scope, request.key).await?
                         && record.created_at_ms >= live_after
                     {
@@ -426,7 +444,7 @@ impl Protocol {
             if self.hooks.key_in_flight(request.scope, request.key) {
                 return Ok(Outcome::InUse);
             }
-            let now_ms = now_ms();
+            let now_ms = self.clock.now_ms();
             let work = KeyedWork {
                 claim: Claim::of(&request, &fingerprint, canonical_body.clone(), now_ms),
                 expired_before_ms: now_ms.saturating_sub(self.ttl_ms()),
@@ -479,7 +497,7 @@ impl Protocol {
         let mut outcomes: Vec<Option<Result<Outcome, O::Error>>> =
             requests.iter().map(|_| None).collect();
         let mut alone = Vec::new();
-        let now_ms = now_ms();
+        let now_ms = self.clock.now_ms();
         let live_after = now_ms.saturating_sub(self.ttl_ms());
         let mut fingerprints = Vec::with_capacity(requests.len());
         let mut in_flight = Vec::with_capacity(requests.len());
@@ -605,7 +623,7 @@ impl Protocol {
         key: &str,
     ) -> Result<KeyStatus, S::Error> {
         let record = store.stored_key(scope, key).await?;
-        let live_after = now_ms().saturating_sub(self.ttl_ms());
+        let live_after = self.clock.now_ms().saturating_sub(self.ttl_ms());
         Ok(match record {
             Some(record) if record.created_at_ms >= live_after => {
                 let expires_at_ms = record.created_at_ms.saturating_add(self.ttl_ms());
@@ -868,12 +886,4 @@ where
         // 5. …and all of it commits at once.
         Ok(Finish::Commit(BatchEnd::Committed(steps)))
     }
-}
-
-/// Unix milliseconds, as keys store time.
-pub fn now_ms() -> i64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }

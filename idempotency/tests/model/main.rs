@@ -1,0 +1,187 @@
+//! The protocol against a model: the real [`checkout_idempotency::Protocol`] over an in-memory
+//! store with a real database's concurrency, under every schedule of a few clients, instances
+//! and mishaps (see `model/world.rs` for the world and its invariants, `model/explorer.rs` for
+//! how every schedule is run). No database, no threads, no timers: each test is exhaustive
+//! within its bounds and prints how many schedules it ran.
+
+mod explorer;
+mod world;
+
+use std::time::Duration;
+
+use checkout_idempotency::memory::{Engine, HolderRead};
+use serde_json::json;
+
+use explorer::{Report, explore};
+use world::{Budget, ClientPlan, EarlierKey, Scenario, TTL};
+
+const A: usize = 0;
+const B: usize = 1;
+
+/// Runs every schedule of `scenario`; says how many.
+fn check(name: &str, scenario: &Scenario) -> Report {
+    let report = explore(|explorer| world::run(scenario, explorer));
+    println!(
+        "{name} on {:?}: {} schedules, the longest {} choices deep",
+        scenario.engine, report.schedules, report.deepest
+    );
+    report
+}
+
+fn holds(name: &str, scenario: &Scenario) {
+    let report = check(name, scenario);
+    if let Some(violation) = report.violation {
+        panic!(
+            "{name} on {:?}, schedule {}: {violation}",
+            scenario.engine, report.schedules
+        );
+    }
+}
+
+fn pay(key: &'static str, n: u64, sends: &[usize]) -> ClientPlan {
+    ClientPlan {
+        key,
+        body: json!({ "amount": 100, "n": n }),
+        sends: sends.to_vec(),
+    }
+}
+
+const ENGINES: [Engine; 2] = [Engine::Postgres, Engine::Sqlite];
+
+/// A shopper's click, resent after no answer (to another instance, then back), while an
+/// instance may crash, an answer be lost and a wait run out.
+#[test]
+fn a_request_resent_anywhere_takes_effect_once() {
+    for engine in ENGINES {
+        let mut scenario = Scenario::new(engine, 2, vec![pay("k1", 1, &[A, B, A])]);
+        scenario.budget = Budget {
+            crashes: 1,
+            lost_answers: 1,
+            lock_bounds: 1,
+            ..Budget::default()
+        };
+        holds("a request resent anywhere", &scenario);
+    }
+}
+
+/// A double click: two copies at once on one instance (one waits for the other in memory) and a
+/// third on another instance.
+#[test]
+fn copies_sent_at_once_take_effect_once() {
+    for engine in ENGINES {
+        let mut scenario = Scenario::new(
+            engine,
+            2,
+            vec![pay("k1", 1, &[A]), pay("k1", 1, &[A]), pay("k1", 1, &[B])],
+        );
+        scenario.budget = Budget {
+            lock_bounds: 1,
+            crashes: 1,
+            ..Budget::default()
+        };
+        holds("copies sent at once", &scenario);
+    }
+}
+
+/// One key sent with two different bodies: one of them takes effect, the other is refused as
+/// a reuse, and no answer says otherwise.
+#[test]
+fn a_key_reused_for_another_request_is_refused() {
+    for engine in ENGINES {
+        let mut scenario = Scenario::new(
+            engine,
+            2,
+            vec![pay("k1", 1, &[A, B]), pay("k1", 2, &[B, A])],
+        );
+        scenario.budget = Budget {
+            lock_bounds: 1,
+            ..Budget::default()
+        };
+        holds("a key reused for another request", &scenario);
+    }
+}
+
+/// A key whose lifetime has passed is a new key: a request under it takes effect (once, however
+/// its copies race), whether the sweeper has deleted it or not.
+fn expired_key_taken_over(engine: Engine, holder_read: HolderRead) -> Scenario {
+    let mut scenario = Scenario::new(
+        engine,
+        2,
+        vec![pay("k1", 2, &[A, A]), pay("k1", 2, &[B, B])],
+    );
+    scenario.holder_read = holder_read;
+    scenario.earlier = vec![EarlierKey {
+        key: "k1",
+        body: json!({ "amount": 100, "n": 1 }),
+        age: TTL + Duration::from_secs(3600),
+    }];
+    scenario.budget = Budget {
+        sweeps: 1,
+        lock_bounds: 1,
+        ..Budget::default()
+    };
+    scenario
+}
+
+#[test]
+fn an_expired_key_is_taken_over_once() {
+    for engine in ENGINES {
+        holds(
+            "an expired key taken over",
+            &expired_key_taken_over(engine, HolderRead::Live),
+        );
+    }
+}
+
+/// Keys expire and are swept while requests under them run, answers are lost and resent.
+fn expiring_while_running(engine: Engine) -> Scenario {
+    let mut scenario = Scenario::new(engine, 2, vec![pay("k1", 1, &[A, B]), pay("k1", 1, &[B])]);
+    scenario.budget = Budget {
+        expiries: 1,
+        sweeps: 1,
+        lost_answers: 1,
+        ..Budget::default()
+    };
+    scenario
+}
+
+#[test]
+fn keys_expire_and_are_swept_while_their_requests_run() {
+    for engine in ENGINES {
+        holds(
+            "keys expire while their requests run",
+            &expiring_while_running(engine),
+        );
+    }
+}
+
+/// What the request bound is for, found by the model: a copy that read the clock when it
+/// arrived and reached its claim only after the key's lifetime, the key swept meanwhile, runs
+/// again (its claim judges the key by its arrival, the sweeper by the present). The server's
+/// request timeout (30 s against a 24 h lifetime) is what rules that out.
+#[test]
+fn without_the_request_bound_a_copy_stalled_past_the_keys_lifetime_runs_again() {
+    let mut scenario = expiring_while_running(Engine::Postgres);
+    scenario.request_bound = false;
+    let report = check("a copy stalled past the key's lifetime", &scenario);
+    let violation = report.violation.expect("the model missed the stalled copy");
+    println!("found, schedule {}: {violation}", report.schedules);
+    assert!(violation.what.contains("took effect twice"), "{violation}");
+}
+
+/// The checker is not vacuous: with the PostgreSQL claim as it was before commit add96a7 (the
+/// holder read in the claim's snapshot, expired or not), it finds the defect that commit fixed,
+/// and prints the schedule.
+#[test]
+fn finds_the_expired_key_takeover_defect_when_its_fix_is_reverted() {
+    let scenario = expired_key_taken_over(Engine::Postgres, HolderRead::AsOfSnapshot);
+    let report = check("the takeover defect", &scenario);
+    let violation = report
+        .violation
+        .expect("the model missed the expired-key takeover defect");
+    println!("found, schedule {}: {violation}", report.schedules);
+    assert!(
+        violation.what.contains("another request") || violation.what.contains("before it sent"),
+        "another violation than the defect's: {violation}"
+    );
+}
