@@ -435,8 +435,8 @@ impl Config {
         Duration::from_millis(self.lock_timeout_ms)
     }
 
-    pub fn sign_in_limits(&self) -> crate::operations::accounts::SignInLimits {
-        crate::operations::accounts::SignInLimits {
+    pub fn sign_in_limits(&self) -> crate::operations::authentication::SignInLimits {
+        crate::operations::authentication::SignInLimits {
             idle: Duration::from_secs(self.shopper_idle_secs),
             absolute: Duration::from_secs(self.shopper_session_secs),
         }

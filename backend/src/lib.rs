@@ -1,14 +1,15 @@
 //! The idempotent checkout server: keyed payments and refunds that move money exactly once.
 //!
-//! - the protocol (claim → guarded change → ledger → stored response → commit) is the
-//!   framework-free crate `checkout-idempotency`; [`keyed`] turns its outcomes into HTTP;
-//! - [`sessions`], [`payments`], [`refunds`]: the operations run inside it (a shop fixes what
-//!   is paid for; a shopper pays it; the shop refunds), and their handlers;
-//! - [`accounts`]: who is calling (a shopper or a shop), balances; [`shops`]: adding a shop;
-//!   [`demo`]: demo shoppers and the demo shop;
-//! - [`store`]: SQLite or PostgreSQL behind one API;
-//! - [`http`]: the router and its layers; [`extract`]: what handlers take from a request;
-//!   [`error`]: the problem+json error; [`config`]: settings; [`cli`]: the command.
+//! Built in floors that only look down (`tests/it/floors.rs` reads the code and holds it so):
+//!
+//! - leaves: [`ids`], [`clock`], [`metrics`]; [`mail`];
+//! - [`store`]: rows and statements by concept, on SQLite or PostgreSQL behind one API;
+//! - [`operations`]: what the checkout does, below HTTP: each keyed operation runs inside the
+//!   framework-free protocol of `checkout-idempotency`; one error type,
+//!   [`operations::error::OperationError`];
+//! - [`workers`]: delivery, publishing, sweeping, verifying, beside the requests;
+//! - [`api`]: HTTP: the router, the handlers, the dashboard, the checkout's own pages;
+//! - this file ([`run`], [`Seams`]), [`cli`] and [`config`]: the program.
 //!
 //! The shipped `checkout-server` runs with [`Seams::default`]. Test and benchmark servers (in
 //! the e2e, reliability and bench crates) are this same program given hooks or routes through
@@ -160,7 +161,7 @@ pub async fn run(config: Config, seams: Seams) -> Result<(), StartError> {
     let app = AppState {
         store,
         protocol,
-        principals: Arc::new(operations::accounts::PrincipalCache::new(
+        principals: Arc::new(operations::authentication::PrincipalCache::new(
             config.sign_in_limits(),
         )),
         demo: config.demo,

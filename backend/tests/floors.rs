@@ -308,7 +308,7 @@ fn the_rules_see_an_upward_use_and_a_circle() {
     let store_keys = Source {
         module: vec!["store".into(), "keys".into()],
         is_mod_rs: false,
-        text: "use crate::api::keyed::KeyOutcome;\nuse super::{Store, row::Arg};".into(),
+        text: "use crate::api::keyed_requests::KeyOutcome;\nuse super::{Store, row::Arg};".into(),
     };
     let found: Vec<Vec<String>> = references(&store_keys)
         .into_iter()

@@ -745,7 +745,7 @@ async fn a_shopper_from_before_codes_is_neither_funded_nor_paid_for_until_confir
         .await
         .unwrap();
     let token = "tok_live_from_before_codes";
-    let token_hash = checkout_backend::operations::accounts::token_hash(token);
+    let token_hash = checkout_backend::operations::authentication::token_hash(token);
     for statement in [
         "INSERT INTO accounts (account_id, token_hash, currency, balance, created_at, kind, livemode) \
          VALUES ('acc_old', 'no token: signs in (acc_old)', 'RUB', 0, 0, 'shopper', 1)"

@@ -310,7 +310,7 @@ async fn a_v1_database_keeps_its_money_through_the_migration_to_shops() {
         v1.run(&mut conn).await.unwrap();
         drop(conn);
         let token = "tok_from_v1";
-        let token_hash = checkout_backend::operations::accounts::token_hash(token);
+        let token_hash = checkout_backend::operations::authentication::token_hash(token);
         for statement in [
             format!(
                 "INSERT INTO accounts (account_id, token_hash, currency, balance, created_at) \

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use checkout_backend::operations::error::ApiError;
+use checkout_backend::operations::error::OperationError;
 use checkout_backend::store::{
     AccountKind, EntryKind, LedgerEntry, NewSession, Pooling, ShopRow, Store, StoreError,
     StoreSettings, Tx, sessions,
@@ -101,9 +101,9 @@ struct Tally {
 }
 
 impl Operation<Tx> for Tally {
-    type Error = ApiError;
+    type Error = OperationError;
 
-    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, OperationError> {
         tx.credit(&claim.scope, 1).await?;
         tx.insert_ledger(&LedgerEntry {
             account_id: &claim.scope,
@@ -120,7 +120,7 @@ impl Operation<Tx> for Tally {
             release.notified().await;
         }
         if self.fail {
-            return Err(ApiError::InvalidRequest("told to fail".into()));
+            return Err(OperationError::InvalidRequest("told to fail".into()));
         }
         if self
             .restarts
@@ -146,7 +146,7 @@ async fn run(
     scope: &str,
     key: &str,
     tally: Tally,
-) -> Result<Outcome, ApiError> {
+) -> Result<Outcome, OperationError> {
     let body = json!({ "n": tally.answer });
     let request = KeyedRequest {
         scope,
@@ -262,7 +262,10 @@ async fn a_failed_operation_leaves_no_key(backend: Backend) {
     let error = run(&protocol, &store, "acc_a", "k1", failing)
         .await
         .unwrap_err();
-    assert!(matches!(error, ApiError::InvalidRequest(_)), "{error:?}");
+    assert!(
+        matches!(error, OperationError::InvalidRequest(_)),
+        "{error:?}"
+    );
     assert_eq!(store.stored_key("acc_a", "k1").await.unwrap(), None);
     assert_eq!(balance(&db, "acc_a").await, 0, "its change rolled back");
     // Not an outcome: the same key runs afresh.
@@ -885,7 +888,7 @@ async fn a_key_held_by_another_instance_is_in_use_after_the_lock_timeout(backend
     .expect("the claim does not wait for the other instance's transaction");
     let waited = started.elapsed();
     assert!(
-        matches!(outcome, Ok(Outcome::InUse) | Err(ApiError::KeyInUse)),
+        matches!(outcome, Ok(Outcome::InUse) | Err(OperationError::KeyInUse)),
         "{outcome:?}"
     );
     assert!(

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use checkout_backend::api::AppState;
 use checkout_backend::api::extract::JsonBody;
-use checkout_backend::operations::accounts::Principal;
-use checkout_backend::operations::error::ApiError;
+use checkout_backend::operations::authentication::Principal;
+use checkout_backend::operations::error::OperationError;
 use checkout_backend::operations::payments::Charge;
 use checkout_backend::store::Tx;
 use checkout_idempotency::{Claim, Decision, Finish, KeyStore, Operation, Work, now_ms};
@@ -24,7 +24,7 @@ async fn unkeyed_payment(
     State(app): State<AppState>,
     principal: Principal,
     body: JsonBody<CreatePayment>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OperationError> {
     let charge = Charge::validate(&principal, body.value)?;
     // The ledger row still carries a claim id (it is unique there) and a key of its own, but
     // no key row is written.
@@ -56,9 +56,9 @@ struct Unkeyed {
 
 impl Work<Tx> for Unkeyed {
     type Output = Option<checkout_idempotency::StoredResponse>;
-    type Error = ApiError;
+    type Error = OperationError;
 
-    async fn run(self, tx: &mut Tx) -> Result<Finish<Self::Output>, ApiError> {
+    async fn run(self, tx: &mut Tx) -> Result<Finish<Self::Output>, OperationError> {
         Ok(match self.charge.apply(tx, &self.claim).await? {
             Decision::Respond(response) => Finish::Commit(Some(response)),
             Decision::Restart => Finish::Rollback(None),

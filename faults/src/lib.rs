@@ -40,7 +40,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use checkout_backend::Seams;
-use checkout_backend::api::keyed::KeyOutcome;
+use checkout_backend::api::keyed_requests::KeyOutcome;
 use checkout_idempotency::{Aborted, HookFuture, Hooks};
 use futures_util::StreamExt;
 

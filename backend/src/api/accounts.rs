@@ -5,8 +5,8 @@ use axum::extract::State;
 use checkout_shared::Account;
 
 use crate::api::AppState;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 
 /// `GET /api/account`
 #[utoipa::path(
@@ -21,12 +21,12 @@ use crate::operations::error::ApiError;
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
-) -> Result<Json<Account>, ApiError> {
+) -> Result<Json<Account>, OperationError> {
     let row = app
         .store
         .account(&principal.account_id)
         .await?
-        .ok_or(ApiError::Unauthorized)?;
+        .ok_or(OperationError::Unauthorized)?;
     Ok(Json(Account {
         account_id: row.account_id,
         balance: row.balance,

@@ -12,17 +12,17 @@ use checkout_shared::{CheckoutSession, CreateCheckoutSession, DemoCart, LineItem
 use crate::api::AppState;
 use crate::api::extract::JsonBody;
 use crate::api::sessions;
-use crate::operations::accounts::{self, DEFAULT_CURRENCY};
+use crate::operations::authentication::{self, DEFAULT_CURRENCY};
 use crate::operations::demo::{DEMO_SHOP_ACCOUNT, DEMO_SHOP_NAME, cart};
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::sessions::NewCheckoutSession;
 use crate::store::AccountKind;
 
-pub fn demo_only(app: &AppState) -> Result<(), ApiError> {
+pub fn demo_only(app: &AppState) -> Result<(), OperationError> {
     if app.demo {
         Ok(())
     } else {
-        Err(ApiError::NotFound(
+        Err(OperationError::NotFound(
             "demo mode is off (set CHECKOUT_DEMO=1)".into(),
         ))
     }
@@ -43,7 +43,7 @@ pub fn demo_only(app: &AppState) -> Result<(), ApiError> {
 pub async fn create_checkout_session(
     State(app): State<AppState>,
     body: JsonBody<DemoCart>,
-) -> Result<(StatusCode, Json<CheckoutSession>), ApiError> {
+) -> Result<(StatusCode, Json<CheckoutSession>), OperationError> {
     demo_only(&app)?;
     Ok((
         StatusCode::CREATED,
@@ -53,7 +53,7 @@ pub async fn create_checkout_session(
 
 /// A session of the demo shop for its cart `number`, made as a shop's server makes one: keyed,
 /// through the protocol (with a key made here).
-pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession, ApiError> {
+pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession, OperationError> {
     let items = cart(number);
     let order_id = format!("ORD-{:08X}", uuid::Uuid::new_v4().as_u128() as u32);
     let request = CreateCheckoutSession {
@@ -64,7 +64,7 @@ pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession
         items: Some(items),
         return_url: None,
     };
-    let shop = accounts::Principal {
+    let shop = authentication::Principal {
         account_id: DEMO_SHOP_ACCOUNT.into(),
         currency: DEFAULT_CURRENCY.into(),
         kind: AccountKind::Shop,
@@ -86,11 +86,11 @@ pub async fn demo_session(app: &AppState, number: u32) -> Result<CheckoutSession
     let protocol = app.protocol.clone().with_hooks(Arc::new(NoHooks));
     let Outcome::Executed { response, .. } = protocol.execute(&app.store, keyed, session).await?
     else {
-        return Err(ApiError::Contended);
+        return Err(OperationError::Contended);
     };
     // The shop's answer is the public view but for the shop's name, which is the demo shop's.
     let mut made: CheckoutSession =
-        serde_json::from_str(&response.body).map_err(|_| ApiError::Contended)?;
+        serde_json::from_str(&response.body).map_err(|_| OperationError::Contended)?;
     made.shop = Some(ShopView {
         name: DEMO_SHOP_NAME.into(),
     });

@@ -18,9 +18,9 @@ use checkout_shared::{
 use crate::api::AppState;
 use crate::api::extract::{EventIdPath, JsonBody};
 use crate::clock;
-use crate::operations::accounts::Principal;
+use crate::operations::authentication::Principal;
 use crate::operations::endpoints::{self, By};
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::shops::{self, ShopError};
 use crate::store::ShopRow;
 use crate::store::endpoints::EndpointRow;
@@ -28,18 +28,18 @@ use crate::store::endpoints::EndpointRow;
 /// The longest overlap of a rolled signing secret: a week.
 const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 
-async fn shop_of(app: &AppState, principal: &Principal) -> Result<ShopRow, ApiError> {
+async fn shop_of(app: &AppState, principal: &Principal) -> Result<ShopRow, OperationError> {
     let shop = principal.as_shop()?;
     app.store
         .shop_of_account(&shop.account_id)
         .await?
-        .ok_or_else(|| ApiError::NotFound("no such shop".into()))
+        .ok_or_else(|| OperationError::NotFound("no such shop".into()))
 }
 
-fn shop_error(error: ShopError) -> ApiError {
+fn shop_error(error: ShopError) -> OperationError {
     match error {
         ShopError::Store(error) => error.into(),
-        other => ApiError::InvalidRequest(other.to_string()),
+        other => OperationError::InvalidRequest(other.to_string()),
     }
 }
 
@@ -77,7 +77,7 @@ fn view(endpoint: EndpointRow) -> WebhookEndpoint {
 pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
-) -> Result<Json<WebhookEndpoint>, ApiError> {
+) -> Result<Json<WebhookEndpoint>, OperationError> {
     let shop = shop_of(&app, &principal).await?;
     let endpoint = endpoints::get(&app.store, &shop.shop_id, shop.livemode).await?;
     Ok(Json(view(endpoint)))
@@ -101,7 +101,7 @@ pub async fn update(
     State(app): State<AppState>,
     principal: Principal,
     body: JsonBody<UpdateWebhookEndpoint>,
-) -> Result<Json<WebhookEndpoint>, ApiError> {
+) -> Result<Json<WebhookEndpoint>, OperationError> {
     let shop = shop_of(&app, &principal).await?;
     let change = body.value;
     if let Some(types) = &change.event_types {
@@ -152,11 +152,11 @@ pub async fn roll_secret(
     State(app): State<AppState>,
     principal: Principal,
     body: JsonBody<RollSigningSecret>,
-) -> Result<Json<SigningSecretRolled>, ApiError> {
+) -> Result<Json<SigningSecretRolled>, OperationError> {
     let shop = shop_of(&app, &principal).await?;
     let overlap = body.value.overlap_secs;
     if overlap > MAX_OVERLAP_SECS {
-        return Err(ApiError::InvalidRequest(format!(
+        return Err(OperationError::InvalidRequest(format!(
             "overlap_secs must be at most {MAX_OVERLAP_SECS} (7 days)"
         )));
     }
@@ -189,7 +189,7 @@ pub async fn roll_secret(
 pub async fn test_event(
     State(app): State<AppState>,
     principal: Principal,
-) -> Result<(StatusCode, Json<TestEventSent>), ApiError> {
+) -> Result<(StatusCode, Json<TestEventSent>), OperationError> {
     let shop = shop_of(&app, &principal).await?;
     let event_id = endpoints::send_test(&app.store, &shop.account_id, shop.livemode).await?;
     app.deliveries.notify_one();
@@ -213,12 +213,12 @@ pub async fn attempts(
     State(app): State<AppState>,
     principal: Principal,
     EventIdPath(event_id): EventIdPath,
-) -> Result<Json<DeliveryAttempts>, ApiError> {
+) -> Result<Json<DeliveryAttempts>, OperationError> {
     let shop = principal.as_shop()?;
     app.store
         .shop_event(&shop.account_id, &event_id)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no event {event_id}")))?;
+        .ok_or_else(|| OperationError::NotFound(format!("no event {event_id}")))?;
     let attempts = app.store.event_attempts(&event_id).await?;
     Ok(Json(DeliveryAttempts {
         attempts: attempts

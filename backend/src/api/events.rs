@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use crate::api::AppState;
 use crate::api::extract::{EventIdPath, JsonBody};
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::events::view;
 
 /// A page of `GET /api/events` holds at most this many.
@@ -46,11 +46,11 @@ pub async fn list(
     State(app): State<AppState>,
     principal: Principal,
     Query(page): Query<Page>,
-) -> Result<Json<EventList>, ApiError> {
+) -> Result<Json<EventList>, OperationError> {
     let shop = principal.as_shop()?;
     let limit = page.limit.unwrap_or(20);
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::InvalidRequest(format!(
+        return Err(OperationError::InvalidRequest(format!(
             "limit must be between 1 and {MAX_PAGE}"
         )));
     }
@@ -59,7 +59,7 @@ pub async fn list(
         // Checked before the database sees it: PostgreSQL refuses text holding NUL outright
         // (found by the schema-driven fuzz as a 500).
         Some(event_id) if !crate::ids::is_id("evt_", event_id) => {
-            return Err(ApiError::InvalidRequest(format!(
+            return Err(OperationError::InvalidRequest(format!(
                 "starting_after: {event_id:?} is not an event id"
             )));
         }
@@ -68,7 +68,9 @@ pub async fn list(
                 .shop_event(&shop.account_id, event_id)
                 .await?
                 .ok_or_else(|| {
-                    ApiError::InvalidRequest(format!("starting_after: no such event {event_id}"))
+                    OperationError::InvalidRequest(format!(
+                        "starting_after: no such event {event_id}"
+                    ))
                 })?
                 .seq
         }
@@ -106,7 +108,7 @@ pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
     EventIdPath(event_id): EventIdPath,
-) -> Result<Json<EventView>, ApiError> {
+) -> Result<Json<EventView>, OperationError> {
     let shop = principal.as_shop()?;
     let row = app
         .store
@@ -135,7 +137,7 @@ pub async fn redeliver(
     State(app): State<AppState>,
     principal: Principal,
     EventIdPath(event_id): EventIdPath,
-) -> Result<(StatusCode, Json<EventView>), ApiError> {
+) -> Result<(StatusCode, Json<EventView>), OperationError> {
     let shop = principal.as_shop()?;
     let row = app
         .store
@@ -166,11 +168,11 @@ pub async fn recover(
     State(app): State<AppState>,
     principal: Principal,
     body: JsonBody<EventRecovery>,
-) -> Result<(StatusCode, Json<EventsRecovered>), ApiError> {
+) -> Result<(StatusCode, Json<EventsRecovered>), OperationError> {
     let shop = principal.as_shop()?;
     let request = body.value;
     let since_ms = crate::clock::parse_rfc3339(&request.since).ok_or_else(|| {
-        ApiError::InvalidRequest(format!(
+        OperationError::InvalidRequest(format!(
             "since: {:?} is not an RFC 3339 time (2026-12-05T10:00:00Z)",
             request.since
         ))
@@ -189,6 +191,6 @@ pub async fn recover(
     ))
 }
 
-fn not_found() -> ApiError {
-    ApiError::NotFound("there is no such event for this shop".into())
+fn not_found() -> OperationError {
+    OperationError::NotFound("there is no such event for this shop".into())
 }

@@ -1,4 +1,4 @@
-//! What handlers take from a request, each refusing with a problem+json `ApiError`: the caller
+//! What handlers take from a request, each refusing with a problem+json `OperationError`: the caller
 //! (a bearer token), the `Idempotency-Key` header, a payment id in the path, a strict JSON body.
 
 use axum::body::Bytes;
@@ -9,13 +9,13 @@ use serde::de::DeserializeOwned;
 
 use crate::api::AppState;
 use crate::ids;
-use crate::operations::accounts::{Principal, token_hash};
-use crate::operations::error::ApiError;
+use crate::operations::authentication::{Principal, token_hash};
+use crate::operations::error::OperationError;
 
 impl FromRequestParts<AppState> for Principal {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, OperationError> {
         let token = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -25,7 +25,7 @@ impl FromRequestParts<AppState> for Principal {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             })
             .filter(|token| !token.is_empty())
-            .ok_or(ApiError::Unauthorized)?;
+            .ok_or(OperationError::Unauthorized)?;
         app.principals
             .authenticate(&app.store, &token_hash(token))
             .await
@@ -36,21 +36,21 @@ impl FromRequestParts<AppState> for Principal {
 pub struct IdempotencyKeyHeader(pub IdempotencyKey);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let mut values = parts.headers.get_all(IDEMPOTENCY_KEY_HEADER).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
-            return Err(ApiError::InvalidRequest(
+            return Err(OperationError::InvalidRequest(
                 "send exactly one Idempotency-Key header: a key you made for this payment intent (a UUID v4 is ideal), the same on every retry".into(),
             ));
         };
         let text = value
             .to_str()
-            .map_err(|_| ApiError::InvalidRequest(KeyError::InvalidCharacter.to_string()))?;
+            .map_err(|_| OperationError::InvalidRequest(KeyError::InvalidCharacter.to_string()))?;
         IdempotencyKey::parse(text)
             .map(IdempotencyKeyHeader)
-            .map_err(|error| ApiError::InvalidRequest(error.to_string()))
+            .map_err(|error| OperationError::InvalidRequest(error.to_string()))
     }
 }
 
@@ -58,12 +58,12 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
 pub struct PaymentIdPath(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PaymentIdPath {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, OperationError> {
         match id_in_path(parts, state, "pay_").await {
             Some(id) => Ok(PaymentIdPath(id)),
-            None => Err(ApiError::NotFound(
+            None => Err(OperationError::NotFound(
                 "there is no such payment on this account".into(),
             )),
         }
@@ -82,13 +82,13 @@ async fn id_in_path<S: Send + Sync>(parts: &mut Parts, state: &S, prefix: &str) 
 pub struct EventIdPath(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for EventIdPath {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, OperationError> {
         id_in_path(parts, state, "evt_")
             .await
             .map(EventIdPath)
-            .ok_or_else(|| ApiError::NotFound("there is no such event for this shop".into()))
+            .ok_or_else(|| OperationError::NotFound("there is no such event for this shop".into()))
     }
 }
 
@@ -96,9 +96,9 @@ impl<S: Send + Sync> FromRequestParts<S> for EventIdPath {
 pub struct SessionIdPath(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for SessionIdPath {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, OperationError> {
         id_in_path(parts, state, "cs_")
             .await
             .map(SessionIdPath)
@@ -106,8 +106,8 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionIdPath {
     }
 }
 
-pub fn not_a_session() -> ApiError {
-    ApiError::NotFound("there is no such checkout session".into())
+pub fn not_a_session() -> OperationError {
+    OperationError::NotFound("there is no such checkout session".into())
 }
 
 /// A JSON request body, parsed strictly into `T` (unknown or duplicate fields, wrong types,
@@ -119,9 +119,9 @@ pub struct JsonBody<T> {
 }
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(request: Request, state: &S) -> Result<Self, OperationError> {
         let content_type = request
             .headers()
             .get(header::CONTENT_TYPE)
@@ -137,7 +137,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"))
         });
         if !is_json {
-            return Err(ApiError::InvalidRequest(
+            return Err(OperationError::InvalidRequest(
                 "send the body as JSON with `Content-Type: application/json`".into(),
             ));
         }
@@ -145,13 +145,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             .await
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge
+                    OperationError::PayloadTooLarge
                 } else {
-                    ApiError::InvalidRequest(rejection.body_text())
+                    OperationError::InvalidRequest(rejection.body_text())
                 }
             })?;
         let invalid = |error: serde_json::Error| {
-            ApiError::InvalidRequest(format!("invalid JSON body: {error}"))
+            OperationError::InvalidRequest(format!("invalid JSON body: {error}"))
         };
         let value = serde_json::from_slice(&bytes).map_err(invalid)?;
         Ok(JsonBody { value })

@@ -5,7 +5,7 @@ use axum::extract::State;
 use serde_json::Value;
 
 use crate::api::state::AppState;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 
 /// `GET /healthz`: `200` when the database answers.
 #[utoipa::path(
@@ -16,7 +16,7 @@ use crate::operations::error::ApiError;
         (status = 503, description = "`service_unavailable`: the database does not answer", body = checkout_shared::Problem, content_type = "application/problem+json"),
     ),
 )]
-pub async fn healthz(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn healthz(State(app): State<AppState>) -> Result<Json<Value>, OperationError> {
     app.store.ping().await?;
     Ok(Json(serde_json::json!({ "status": "ok" })))
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 
 /// How many attempts each limit allows per window (also its burst: they come back evenly over
 /// the window), and the in-progress bound.
@@ -90,7 +90,7 @@ fn per_window(n: u32, window: std::time::Duration) -> Quota {
         .allow_burst(n)
 }
 
-fn check<K>(limiter: &DefaultKeyedRateLimiter<K>, key: &K) -> Result<(), ApiError>
+fn check<K>(limiter: &DefaultKeyedRateLimiter<K>, key: &K) -> Result<(), OperationError>
 where
     K: std::hash::Hash + Eq + Clone,
 {
@@ -99,7 +99,7 @@ where
     }
     limiter.check_key(key).map_err(|not_until| {
         let wait = not_until.wait_time_from(DefaultClock::default().now());
-        ApiError::TooManyRequests(wait.as_secs_f64().ceil() as u64)
+        OperationError::TooManyRequests(wait.as_secs_f64().ceil() as u64)
     })
 }
 
@@ -128,7 +128,7 @@ impl Limits {
 
     /// A request that mails `email` a code (a sign-up, a recovery) from `address`: the address's
     /// attempts and the account's mails must have room (every one counts: each is a mail).
-    pub fn mail(&self, address: IpAddr, email: &str) -> Result<(), ApiError> {
+    pub fn mail(&self, address: IpAddr, email: &str) -> Result<(), OperationError> {
         check(&self.sign_in_per_address, &address)?;
         check(&self.sign_in_per_account, &account_key(email))
     }
@@ -138,7 +138,7 @@ impl Limits {
     /// all together) too. Only wrong guesses count against the account: each is counted before
     /// it is checked (guesses sent at once are each counted) and uncounted if it was right, so
     /// the owner signing in often, or from another address than a guesser's, is not refused.
-    pub fn guess(&self, address: IpAddr, email: &str) -> Result<Guess, ApiError> {
+    pub fn guess(&self, address: IpAddr, email: &str) -> Result<Guess, OperationError> {
         check(&self.sign_in_per_address, &address)?;
         let account = account_key(email);
         let now = Instant::now();
@@ -154,7 +154,7 @@ impl Limits {
             let left = oldest.map_or(self.window, |t| {
                 self.window.saturating_sub(now.duration_since(t))
             });
-            ApiError::TooManyRequests(left.as_secs_f64().ceil().max(1.0) as u64)
+            OperationError::TooManyRequests(left.as_secs_f64().ceil().max(1.0) as u64)
         };
         if here.len() >= self.wrong_per_address {
             return Err(wait(here.iter().min().copied()));
@@ -201,20 +201,20 @@ impl Limits {
     }
 
     /// A passkey ceremony (no e-mail is typed: only the address is counted).
-    pub fn passkey(&self, address: IpAddr) -> Result<(), ApiError> {
+    pub fn passkey(&self, address: IpAddr) -> Result<(), OperationError> {
         check(&self.sign_in_per_address, &address)
     }
 
-    pub fn test_shopper(&self, address: IpAddr) -> Result<(), ApiError> {
+    pub fn test_shopper(&self, address: IpAddr) -> Result<(), OperationError> {
         check(&self.test_shoppers_per_address, &address)
     }
 
     /// A keyed request of `principal` starts; it counts until the guard is dropped.
-    pub fn key_in_progress(&self, principal: &str) -> Result<InProgress, ApiError> {
+    pub fn key_in_progress(&self, principal: &str) -> Result<InProgress, OperationError> {
         let mut counts = self.in_progress.lock().unwrap_or_else(|e| e.into_inner());
         let count = counts.entry(principal.to_owned()).or_insert(0);
         if *count >= self.keys_in_progress {
-            return Err(ApiError::TooManyRequests(1));
+            return Err(OperationError::TooManyRequests(1));
         }
         *count += 1;
         Ok(InProgress {

@@ -1,8 +1,8 @@
 //! The HTTP API, the top floor: the router and what surrounds every request ([`router`]), what
 //! every handler can reach ([`state`]), what handlers take from a request ([`extract`]), keyed
-//! requests as HTTP answers ([`keyed`]), errors as problems ([`problem`]), the OpenAPI document
+//! requests as HTTP answers ([`keyed_requests`]), errors as problems ([`problem`]), the OpenAPI document
 //! ([`openapi`]), `/metrics` on its own address ([`metrics`]), and the thin handlers, one module
-//! per resource: [`sessions`], [`payments`], [`refunds`], [`keys`], [`events`], [`accounts`],
+//! per resource: [`sessions`], [`payments`], [`refunds`], [`idempotency_keys`], [`events`], [`accounts`],
 //! [`shoppers`] (test shoppers; live shoppers' sign-up, sign-in, sign-out), [`demo`]; abuse
 //! limits ([`limits`]); the checkout's own pages and the widget's files ([`site`]), from the built widget
 //! as the server holds it ([`assets`]).
@@ -15,8 +15,8 @@ pub mod endpoints;
 pub mod events;
 pub mod extract;
 pub mod health;
-pub mod keyed;
-pub mod keys;
+pub mod idempotency_keys;
+pub mod keyed_requests;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;

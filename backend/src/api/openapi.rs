@@ -29,7 +29,7 @@ use crate::api::AppState;
         crate::api::payments::create,
         crate::api::payments::get,
         crate::api::refunds::create,
-        crate::api::keys::status,
+        crate::api::idempotency_keys::status,
         crate::api::events::list,
         crate::api::events::get,
         crate::api::events::redeliver,

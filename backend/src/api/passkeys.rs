@@ -13,26 +13,26 @@ use webauthn_rs::prelude::{PublicKeyCredential, RegisterPublicKeyCredential};
 use crate::api::AppState;
 use crate::api::extract::JsonBody;
 use crate::api::shoppers::ClientAddress;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::passkeys;
 use crate::store::AccountKind;
 
 /// Passkeys are a live shopper's only.
-fn live_shopper(principal: &Principal) -> Result<(), ApiError> {
+fn live_shopper(principal: &Principal) -> Result<(), OperationError> {
     if principal.kind == AccountKind::Shopper && principal.livemode {
         Ok(())
     } else {
-        Err(ApiError::Forbidden(
+        Err(OperationError::Forbidden(
             "only a live shopper has passkeys".into(),
         ))
     }
 }
 
 /// The browser's credential, as WebAuthn's JSON has it; anything else is a `400`.
-fn credential<T: serde::de::DeserializeOwned>(answer: &PasskeyAnswer) -> Result<T, ApiError> {
+fn credential<T: serde::de::DeserializeOwned>(answer: &PasskeyAnswer) -> Result<T, OperationError> {
     serde_json::from_value(answer.credential.clone())
-        .map_err(|e| ApiError::InvalidRequest(format!("credential: {e}")))
+        .map_err(|e| OperationError::InvalidRequest(format!("credential: {e}")))
 }
 
 /// `POST /api/shoppers/passkeys/registration`
@@ -49,14 +49,14 @@ fn credential<T: serde::de::DeserializeOwned>(answer: &PasskeyAnswer) -> Result<
 pub async fn begin_registration(
     State(app): State<AppState>,
     principal: Principal,
-) -> Result<Json<PasskeyChallenge>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, OperationError> {
     live_shopper(&principal)?;
     let email = app
         .store
         .account(&principal.account_id)
         .await?
         .and_then(|row| row.email)
-        .ok_or(ApiError::Unauthorized)?;
+        .ok_or(OperationError::Unauthorized)?;
     let challenge =
         passkeys::begin_registration(&app.store, &app.passkeys, &principal.account_id, &email)
             .await?;
@@ -80,7 +80,7 @@ pub async fn register(
     State(app): State<AppState>,
     principal: Principal,
     body: JsonBody<PasskeyAnswer>,
-) -> Result<(StatusCode, Json<PasskeyView>), ApiError> {
+) -> Result<(StatusCode, Json<PasskeyView>), OperationError> {
     live_shopper(&principal)?;
     let credential: RegisterPublicKeyCredential = credential(&body.value)?;
     let passkey = passkeys::finish_registration(
@@ -108,7 +108,7 @@ pub async fn register(
 pub async fn list(
     State(app): State<AppState>,
     principal: Principal,
-) -> Result<Json<PasskeyList>, ApiError> {
+) -> Result<Json<PasskeyList>, OperationError> {
     live_shopper(&principal)?;
     let passkeys = passkeys::list(&app.store, &principal.account_id).await?;
     Ok(Json(PasskeyList { passkeys }))
@@ -126,7 +126,7 @@ pub async fn list(
 pub async fn begin_sign_in(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
-) -> Result<Json<PasskeyChallenge>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, OperationError> {
     app.limits.passkey(address)?;
     Ok(Json(
         passkeys::begin_sign_in(&app.store, &app.passkeys).await?,
@@ -148,7 +148,7 @@ pub async fn sign_in(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<PasskeyAnswer>,
-) -> Result<Json<ShopperToken>, ApiError> {
+) -> Result<Json<ShopperToken>, OperationError> {
     app.limits.passkey(address)?;
     let credential: PublicKeyCredential = credential(&body.value)?;
     let signed_in = passkeys::finish_sign_in(

@@ -8,10 +8,10 @@ use checkout_shared::{CreatePayment, PaymentDetails, Refund};
 
 use crate::api::AppState;
 use crate::api::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
-use crate::api::keyed::{self, Asked, IdempotencyKeyParam, KeyedProblems};
+use crate::api::keyed_requests::{self, Asked, IdempotencyKeyParam, KeyedProblems};
 use crate::clock;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::payments::{Charge, not_found, payment_of};
 
 /// `POST /api/payments`
@@ -39,7 +39,7 @@ pub async fn create(
     principal: Principal,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreatePayment>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OperationError> {
     let charge = Charge::validate(&principal, body.value)?;
     let canonical = serde_json::json!({ "checkout_session_id": charge.checkout_session_id });
     let asked = Asked {
@@ -49,7 +49,7 @@ pub async fn create(
             Some(format!("/api/payments/{}", payment["payment_id"].as_str()?))
         }),
     };
-    keyed::execute(&app, &principal, &key, asked, charge).await
+    keyed_requests::execute(&app, &principal, &key, asked, charge).await
 }
 
 /// `GET /api/payments/{payment_id}`: for its shopper and its shop; to anyone else it does not
@@ -69,7 +69,7 @@ pub async fn get(
     State(app): State<AppState>,
     principal: Principal,
     PaymentIdPath(payment_id): PaymentIdPath,
-) -> Result<Json<PaymentDetails>, ApiError> {
+) -> Result<Json<PaymentDetails>, OperationError> {
     let (row, refunds) = app
         .store
         .payment_with_refunds(&principal.account_id, &payment_id)

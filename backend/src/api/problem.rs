@@ -5,9 +5,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use checkout_shared::{PROBLEM_CONTENT_TYPE, Problem};
 
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 
-impl IntoResponse for ApiError {
+impl IntoResponse for OperationError {
     fn into_response(self) -> Response {
         let mut response = problem_response(&self.problem());
         if let Some(seconds) = self.retry_after_secs() {

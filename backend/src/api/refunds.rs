@@ -6,9 +6,9 @@ use checkout_shared::{CreateRefund, validate_amount};
 
 use crate::api::AppState;
 use crate::api::extract::{IdempotencyKeyHeader, JsonBody, PaymentIdPath};
-use crate::api::keyed::{self, Asked, IdempotencyKeyParam, KeyedProblems};
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::api::keyed_requests::{self, Asked, IdempotencyKeyParam, KeyedProblems};
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::refunds::RefundOrder;
 
 /// `POST /api/payments/{payment_id}/refunds`
@@ -37,10 +37,10 @@ pub async fn create(
     PaymentIdPath(payment_id): PaymentIdPath,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreateRefund>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OperationError> {
     let shop = principal.as_shop()?;
     let route = format!("/api/payments/{payment_id}/refunds");
-    validate_amount(body.value.amount).map_err(ApiError::InvalidRequest)?;
+    validate_amount(body.value.amount).map_err(OperationError::InvalidRequest)?;
     let order = RefundOrder {
         payment_id,
         amount: body.value.amount,
@@ -53,5 +53,5 @@ pub async fn create(
         body: &canonical,
         location: None,
     };
-    keyed::execute(&app, shop, &key, asked, order).await
+    keyed_requests::execute(&app, shop, &key, asked, order).await
 }

@@ -19,13 +19,13 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-use crate::api::keyed::KeyOutcome;
+use crate::api::keyed_requests::KeyOutcome;
 use crate::api::problem::problem_response;
 use crate::api::site::{self, Framable};
 use crate::api::state::AppState;
 use crate::api::{
-    accounts, dashboard, demo, endpoints, events, health, keys, openapi, passkeys, payments,
-    refunds, sessions, shoppers,
+    accounts, dashboard, demo, endpoints, events, health, idempotency_keys, openapi, passkeys,
+    payments, refunds, sessions, shoppers,
 };
 
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
@@ -118,7 +118,11 @@ pub fn api_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)>
             "/api/payments/{payment_id}/refunds",
             post(refunds::create),
         ),
-        ("GET", "/api/idempotency-keys/{key}", get(keys::status)),
+        (
+            "GET",
+            "/api/idempotency-keys/{key}",
+            get(idempotency_keys::status),
+        ),
         ("GET", "/api/events", get(events::list)),
         ("GET", "/api/events/{event_id}", get(events::get)),
         ("POST", "/api/events/recovery", post(events::recover)),

@@ -8,10 +8,10 @@ use checkout_shared::{CheckoutSession, CreateCheckoutSession};
 
 use crate::api::AppState;
 use crate::api::extract::{IdempotencyKeyHeader, JsonBody, SessionIdPath, not_a_session};
-use crate::api::keyed::{self, Asked, IdempotencyKeyParam, KeyedProblems};
+use crate::api::keyed_requests::{self, Asked, IdempotencyKeyParam, KeyedProblems};
 use crate::clock;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::sessions::{NewCheckoutSession, public_view};
 
 /// The route a session is made on: part of its key's fingerprint.
@@ -41,7 +41,7 @@ pub async fn create(
     principal: Principal,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreateCheckoutSession>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OperationError> {
     let shop = principal.as_shop()?;
     let session = NewCheckoutSession::validate(shop, body.value, app.session_ttl)?;
     let asked = Asked {
@@ -49,7 +49,7 @@ pub async fn create(
         body: &session.canonical(),
         location: Some(location),
     };
-    keyed::execute(&app, shop, &key, asked, session).await
+    keyed_requests::execute(&app, shop, &key, asked, session).await
 }
 
 /// Where a new session is read.
@@ -71,7 +71,7 @@ pub fn location(session: &serde_json::Value) -> Option<String> {
 pub async fn get(
     State(app): State<AppState>,
     SessionIdPath(session_id): SessionIdPath,
-) -> Result<Json<CheckoutSession>, ApiError> {
+) -> Result<Json<CheckoutSession>, OperationError> {
     let row = app
         .store
         .session(&session_id)

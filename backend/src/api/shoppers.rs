@@ -15,20 +15,20 @@ use checkout_shared::{
 
 use crate::api::AppState;
 use crate::api::extract::JsonBody;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::shoppers::{self, SignedIn};
 
 /// The client's address as this server sees it (behind a proxy: the proxy's; see the README).
 pub struct ClientAddress(pub IpAddr);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientAddress {
-    type Rejection = ApiError;
+    type Rejection = OperationError;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
         _: &S,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, OperationError> {
         Ok(ClientAddress(
             parts
                 .extensions
@@ -57,7 +57,7 @@ fn token(signed_in: SignedIn) -> Json<ShopperToken> {
 pub async fn create_test_shopper(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
-) -> Result<(StatusCode, Json<ShopperToken>), ApiError> {
+) -> Result<(StatusCode, Json<ShopperToken>), OperationError> {
     app.limits.test_shopper(address)?;
     let shopper = shoppers::new_test_shopper(&app.store).await?;
     Ok((StatusCode::CREATED, token(shopper)))
@@ -75,7 +75,7 @@ pub async fn create_test_shopper(
 pub async fn create_demo_shopper(
     State(app): State<AppState>,
     address: ClientAddress,
-) -> Result<Json<ShopperToken>, ApiError> {
+) -> Result<Json<ShopperToken>, OperationError> {
     create_test_shopper(State(app), address)
         .await
         .map(|(_, body)| body)
@@ -97,7 +97,7 @@ pub async fn sign_up(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<SignUp>,
-) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
+) -> Result<(StatusCode, Json<CodeSent>), OperationError> {
     app.limits.mail(address, &body.value.email)?;
     let sent = shoppers::sign_up(
         &app.store,
@@ -124,7 +124,7 @@ pub async fn confirm_sign_up(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<EmailCode>,
-) -> Result<(StatusCode, Json<ShopperToken>), ApiError> {
+) -> Result<(StatusCode, Json<ShopperToken>), OperationError> {
     let guess = app.limits.guess(address, &body.value.email)?;
     let shopper =
         shoppers::confirm_sign_up(&app.store, &body.value.email, &body.value.code).await?;
@@ -148,7 +148,7 @@ pub async fn request_recovery(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<RecoveryRequest>,
-) -> Result<(StatusCode, Json<CodeSent>), ApiError> {
+) -> Result<(StatusCode, Json<CodeSent>), OperationError> {
     app.limits.mail(address, &body.value.email)?;
     let sent =
         shoppers::request_recovery(&app.store, app.mailer.as_deref(), &body.value.email).await?;
@@ -170,7 +170,7 @@ pub async fn recover(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<Recovery>,
-) -> Result<Json<ShopperToken>, ApiError> {
+) -> Result<Json<ShopperToken>, OperationError> {
     let guess = app.limits.guess(address, &body.value.email)?;
     let shopper = shoppers::recover(
         &app.store,
@@ -199,7 +199,7 @@ pub async fn sign_in(
     State(app): State<AppState>,
     ClientAddress(address): ClientAddress,
     body: JsonBody<ShopperCredentials>,
-) -> Result<Json<ShopperToken>, ApiError> {
+) -> Result<Json<ShopperToken>, OperationError> {
     let guess = app.limits.guess(address, &body.value.email)?;
     let shopper = shoppers::sign_in(&app.store, &body.value.email, &body.value.password).await?;
     app.limits.right(guess);
@@ -220,13 +220,13 @@ pub async fn sign_out(
     State(app): State<AppState>,
     _principal: Principal,
     headers: HeaderMap,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, OperationError> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .map(|(_, token)| token.trim())
-        .ok_or(ApiError::Unauthorized)?;
+        .ok_or(OperationError::Unauthorized)?;
     shoppers::sign_out(&app.store, token).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -21,8 +21,8 @@ use crate::api::assets::{self, Site};
 use crate::api::extract::SessionIdPath;
 use crate::api::state::AppState;
 use crate::clock;
-use crate::operations::addresses;
 use crate::operations::sessions::public_view;
+use crate::operations::urls;
 
 #[derive(Debug, Deserialize)]
 pub struct PayQuery {
@@ -39,10 +39,7 @@ pub async fn pay_page(
     SessionIdPath(session_id): SessionIdPath,
     Query(query): Query<PayQuery>,
 ) -> Response {
-    let claimed = query
-        .parent
-        .as_deref()
-        .and_then(|p| addresses::origin(p).ok());
+    let claimed = query.parent.as_deref().and_then(|p| urls::origin(p).ok());
     let (ancestors, parent, session) = match app.store.session(&session_id).await {
         Ok(Some(session)) => {
             let ancestors = if session.shop_origins.is_empty() {
@@ -58,7 +55,7 @@ pub async fn pay_page(
             )
         }
         Ok(None) => ("*".to_owned(), claimed, None),
-        Err(error) => return crate::operations::error::ApiError::from(error).into_response(),
+        Err(error) => return crate::operations::error::OperationError::from(error).into_response(),
     };
     page(&app.site, &ancestors, parent.as_deref(), session.as_ref())
 }
@@ -77,7 +74,7 @@ fn page(
     }
     let mut head = String::new();
     if let Some(origin) = parent {
-        // An origin as `addresses::origin` wrote it; escaped all the same, as any attribute.
+        // An origin as `urls::origin` wrote it; escaped all the same, as any attribute.
         let origin = attribute(origin);
         head += &format!("<meta name=\"checkout-parent\" content=\"{origin}\" />\n");
     }

@@ -8,7 +8,7 @@ use checkout_idempotency::Protocol;
 use crate::api::assets::Site;
 use crate::api::limits::Limits;
 use crate::mail::Mailer;
-use crate::operations::accounts::PrincipalCache;
+use crate::operations::authentication::PrincipalCache;
 use crate::operations::passkeys::RelyingParty;
 use crate::store::Store;
 

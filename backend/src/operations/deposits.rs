@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::operations::answers;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::events;
 use crate::operations::shoppers::normalize_email;
 use crate::store::accounts::FUNDING_ACCOUNT;
@@ -52,9 +52,9 @@ pub struct DepositDone {
 }
 
 impl Deposit {
-    pub fn validate(to: Recipient, amount: i64) -> Result<Deposit, ApiError> {
+    pub fn validate(to: Recipient, amount: i64) -> Result<Deposit, OperationError> {
         if !(1..=MAX_DEPOSIT).contains(&amount) {
-            return Err(ApiError::InvalidRequest(format!(
+            return Err(OperationError::InvalidRequest(format!(
                 "amount must be 1 to {MAX_DEPOSIT} kopecks"
             )));
         }
@@ -62,7 +62,7 @@ impl Deposit {
             Recipient::Email(email) => Recipient::Email(normalize_email(&email)?),
             Recipient::Account(id) if id.starts_with("acc_") => Recipient::Account(id),
             Recipient::Account(id) => {
-                return Err(ApiError::InvalidRequest(format!(
+                return Err(OperationError::InvalidRequest(format!(
                     "{id} is not an account id (acc_…)"
                 )));
             }
@@ -80,22 +80,22 @@ impl Deposit {
 }
 
 impl Operation<Tx> for Deposit {
-    type Error = ApiError;
+    type Error = OperationError;
 
-    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, OperationError> {
         let (named, by_account) = match &self.to {
             Recipient::Account(id) => (id, true),
             Recipient::Email(email) => (email, false),
         };
         let Some(found) = tx.live_shopper(named, by_account).await? else {
-            return Err(ApiError::NotFound(format!(
+            return Err(OperationError::NotFound(format!(
                 "there is no live shopper {named}; they sign up in the payment page first"
             )));
         };
         // Money reaches only the owner of the address: never an account whose e-mail was not
         // proved with the code mailed to it.
         if !found.confirmed {
-            return Err(ApiError::EmailUnconfirmed(format!(
+            return Err(OperationError::EmailUnconfirmed(format!(
                 "the live shopper {named} has not confirmed the e-mail {}; nothing was deposited \
                  (they sign up again with it and enter the code mailed to it)",
                 found.email
@@ -126,7 +126,7 @@ impl Operation<Tx> for Deposit {
             account_id: shopper,
             email,
             amount: self.amount,
-            currency: crate::operations::accounts::DEFAULT_CURRENCY.into(),
+            currency: crate::operations::authentication::DEFAULT_CURRENCY.into(),
             balance,
             created_at: clock::rfc3339(claim.now_ms),
             livemode: true,
@@ -138,17 +138,17 @@ impl Operation<Tx> for Deposit {
 }
 
 /// Runs a deposit under the operator's key: the first answer, or its replay. A key used before
-/// for another deposit is [`ApiError::KeyReused`].
+/// for another deposit is [`OperationError::KeyReused`].
 pub async fn deposit(
     store: &Store,
     protocol: &Protocol,
     key: &str,
     to: Recipient,
     amount: i64,
-) -> Result<(DepositDone, bool), ApiError> {
+) -> Result<(DepositDone, bool), OperationError> {
     let deposit = Deposit::validate(to, amount)?;
     checkout_shared::IdempotencyKey::parse(key)
-        .map_err(|error| ApiError::InvalidRequest(error.to_string()))?;
+        .map_err(|error| OperationError::InvalidRequest(error.to_string()))?;
     let body = deposit.body();
     let keyed = KeyedRequest {
         scope: FUNDING_ACCOUNT,
@@ -161,14 +161,15 @@ pub async fn deposit(
     let (response, replayed) = match protocol.execute(store, keyed, deposit).await? {
         Outcome::Executed { response, .. } => (response, false),
         Outcome::Replayed { response, .. } => (response, true),
-        Outcome::KeyReused { fields, .. } => return Err(ApiError::KeyReused(fields)),
-        Outcome::InUse => return Err(ApiError::KeyInUse),
-        Outcome::TryAgain => return Err(ApiError::Contended),
+        Outcome::KeyReused { fields, .. } => return Err(OperationError::KeyReused(fields)),
+        Outcome::InUse => return Err(OperationError::KeyInUse),
+        Outcome::TryAgain => return Err(OperationError::Contended),
     };
     if response.status != 201 {
-        return Err(ApiError::InvalidRequest(response.body));
+        return Err(OperationError::InvalidRequest(response.body));
     }
-    let done = serde_json::from_str(&response.body)
-        .map_err(|e| ApiError::Store(crate::store::StoreError::Other(e.to_string().into())))?;
+    let done = serde_json::from_str(&response.body).map_err(|e| {
+        OperationError::Store(crate::store::StoreError::Other(e.to_string().into()))
+    })?;
     Ok((done, replayed))
 }

@@ -5,7 +5,7 @@
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 
 use crate::mail::Mailer;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::passwords;
 use crate::store::Store;
 use crate::store::email_codes::{NewCode, Purpose, TriedCode};
@@ -37,7 +37,7 @@ pub async fn keep(
     code_hash: &str,
     password_hash: Option<&str>,
     now_ms: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), OperationError> {
     let code = NewCode {
         email: email.to_owned(),
         purpose,
@@ -58,7 +58,7 @@ pub async fn check(
     purpose: Purpose,
     code: &str,
     now_ms: i64,
-) -> Result<TriedCode, ApiError> {
+) -> Result<TriedCode, OperationError> {
     let well_formed = code.len() == 6 && code.bytes().all(|b| b.is_ascii_digit());
     let tried = if well_formed {
         store
@@ -74,7 +74,7 @@ pub async fn check(
     let right = passwords::verify(code.to_owned(), hash).await?;
     match tried {
         Some(kept) if right => Ok(kept),
-        _ => Err(ApiError::InvalidCode),
+        _ => Err(OperationError::InvalidCode),
     }
 }
 
@@ -139,17 +139,17 @@ pub fn nothing_to_recover() -> Mail {
 }
 
 /// Sends `mail` to `to`; without a mailer, or when the server refuses it, `MailUnavailable`.
-pub async fn send(mailer: Option<&Mailer>, to: &str, mail: Mail) -> Result<(), ApiError> {
+pub async fn send(mailer: Option<&Mailer>, to: &str, mail: Mail) -> Result<(), OperationError> {
     let Some(mailer) = mailer else {
         tracing::warn!("a code was asked for, but CHECKOUT_SMTP_URL is not set");
-        return Err(ApiError::MailUnavailable);
+        return Err(OperationError::MailUnavailable);
     };
     mailer
         .send(to, mail.subject, mail.text)
         .await
         .map_err(|error| {
             tracing::warn!(%error, "mail not sent");
-            ApiError::MailUnavailable
+            OperationError::MailUnavailable
         })
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::clock;
 use crate::mail::Mailer;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::events::{self, SHOP_EVENT_TYPES};
 use crate::operations::staff::Member;
 use crate::store::endpoints::EndpointRow;
@@ -53,11 +53,15 @@ fn audit<'a>(
 }
 
 /// The endpoint of the shop in this mode.
-pub async fn get(store: &Store, shop_id: &str, livemode: bool) -> Result<EndpointRow, ApiError> {
+pub async fn get(
+    store: &Store,
+    shop_id: &str,
+    livemode: bool,
+) -> Result<EndpointRow, OperationError> {
     store
         .endpoint(shop_id, livemode)
         .await?
-        .ok_or_else(|| ApiError::NotFound("no such shop".into()))
+        .ok_or_else(|| OperationError::NotFound("no such shop".into()))
 }
 
 /// The types the endpoint takes (none: every type); each must be one a shop hears.
@@ -66,12 +70,12 @@ pub async fn set_event_types(
     shop_id: &str,
     livemode: bool,
     types: &[String],
-) -> Result<(), ApiError> {
+) -> Result<(), OperationError> {
     if let Some(unknown) = types
         .iter()
         .find(|t| !SHOP_EVENT_TYPES.contains(&t.as_str()))
     {
-        return Err(ApiError::InvalidRequest(format!(
+        return Err(OperationError::InvalidRequest(format!(
             "unknown event type {unknown}: one of {}",
             SHOP_EVENT_TYPES.join(", ")
         )));
@@ -89,7 +93,7 @@ pub async fn send_test(
     store: &Store,
     account_id: &str,
     livemode: bool,
-) -> Result<String, ApiError> {
+) -> Result<String, OperationError> {
     let account_id = account_id.to_owned();
     let event_id = store
         .write(move |tx| {
@@ -145,7 +149,7 @@ pub async fn enable(
     shop_id: &str,
     livemode: bool,
     by: By<'_>,
-) -> Result<bool, ApiError> {
+) -> Result<bool, OperationError> {
     let endpoint = get(store, shop_id, livemode).await?;
     let (shop_id, actor) = (shop_id.to_owned(), by.actor());
     let enabled = store

@@ -1,5 +1,5 @@
 //! The one error type of the checkout: what an operation or a request refuses, as the RFC 9457
-//! problem it is answered with ([`ApiError::problem`]; `api::problem` sends it as
+//! problem it is answered with ([`OperationError::problem`]; `api::problem` sends it as
 //! problem+json).
 
 use checkout_idempotency::{Classify, Failure};
@@ -10,7 +10,7 @@ use crate::store::StoreError;
 /// Errors that are answered but never stored under an idempotency key: they moved no money,
 /// so a retry with the same key runs afresh.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub enum OperationError {
     #[error("{0}")]
     InvalidRequest(String),
     #[error("a valid bearer token is required: send `Authorization: Bearer <token>`")]
@@ -66,51 +66,51 @@ pub enum ApiError {
 }
 
 /// Whether the protocol may run the transaction again (a lost race) or must stop.
-impl Classify for ApiError {
+impl Classify for OperationError {
     fn failure(&self) -> Failure {
         match self {
-            ApiError::Store(error) => error.failure(),
+            OperationError::Store(error) => error.failure(),
             _ => Failure::Fatal,
         }
     }
 }
 
-impl ApiError {
+impl OperationError {
     /// Its status and stable code.
     pub fn status_and_code(&self) -> (u16, ErrorCode) {
         match self {
-            ApiError::InvalidRequest(_) => (400, ErrorCode::InvalidRequest),
-            ApiError::Unauthorized => (401, ErrorCode::Unauthorized),
-            ApiError::Forbidden(_) => (403, ErrorCode::Forbidden),
-            ApiError::NotFound(_) => (404, ErrorCode::NotFound),
-            ApiError::PayloadTooLarge => (413, ErrorCode::PayloadTooLarge),
-            ApiError::KeyReused(_) => (422, ErrorCode::IdempotencyKeyReused),
-            ApiError::KeyInUse => (409, ErrorCode::IdempotencyKeyInUse),
-            ApiError::Contended => (503, ErrorCode::ServiceUnavailable),
-            ApiError::PasswordChecksBusy => (503, ErrorCode::ServiceUnavailable),
-            ApiError::ModeMismatch(_) => (403, ErrorCode::LivemodeMismatch),
-            ApiError::TooManyRequests(_) => (429, ErrorCode::TooManyRequests),
-            ApiError::InvalidCredentials => (401, ErrorCode::InvalidCredentials),
-            ApiError::InvalidCode => (400, ErrorCode::InvalidCode),
-            ApiError::EmailUnconfirmed(_) => (403, ErrorCode::EmailUnconfirmed),
-            ApiError::MailUnavailable => (503, ErrorCode::MailUnavailable),
-            ApiError::PasskeyRejected(_) => (400, ErrorCode::PasskeyRejected),
-            ApiError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
+            OperationError::InvalidRequest(_) => (400, ErrorCode::InvalidRequest),
+            OperationError::Unauthorized => (401, ErrorCode::Unauthorized),
+            OperationError::Forbidden(_) => (403, ErrorCode::Forbidden),
+            OperationError::NotFound(_) => (404, ErrorCode::NotFound),
+            OperationError::PayloadTooLarge => (413, ErrorCode::PayloadTooLarge),
+            OperationError::KeyReused(_) => (422, ErrorCode::IdempotencyKeyReused),
+            OperationError::KeyInUse => (409, ErrorCode::IdempotencyKeyInUse),
+            OperationError::Contended => (503, ErrorCode::ServiceUnavailable),
+            OperationError::PasswordChecksBusy => (503, ErrorCode::ServiceUnavailable),
+            OperationError::ModeMismatch(_) => (403, ErrorCode::LivemodeMismatch),
+            OperationError::TooManyRequests(_) => (429, ErrorCode::TooManyRequests),
+            OperationError::InvalidCredentials => (401, ErrorCode::InvalidCredentials),
+            OperationError::InvalidCode => (400, ErrorCode::InvalidCode),
+            OperationError::EmailUnconfirmed(_) => (403, ErrorCode::EmailUnconfirmed),
+            OperationError::MailUnavailable => (503, ErrorCode::MailUnavailable),
+            OperationError::PasskeyRejected(_) => (400, ErrorCode::PasskeyRejected),
+            OperationError::Store(StoreError::Other(_) | StoreError::LostClaim) => {
                 (500, ErrorCode::InternalError)
             }
-            ApiError::Store(_) => (503, ErrorCode::ServiceUnavailable),
+            OperationError::Store(_) => (503, ErrorCode::ServiceUnavailable),
         }
     }
 
     /// Whether the same request may simply be sent again later (`Retry-After`).
     pub fn is_transient(&self) -> bool {
-        matches!(self, ApiError::KeyInUse) || self.status_and_code().0 == 503
+        matches!(self, OperationError::KeyInUse) || self.status_and_code().0 == 503
     }
 
     /// How many seconds a client should wait before sending it again, if it may.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            ApiError::TooManyRequests(seconds) => Some((*seconds).max(1)),
+            OperationError::TooManyRequests(seconds) => Some((*seconds).max(1)),
             _ if self.is_transient() => Some(1),
             _ => None,
         }
@@ -121,7 +121,7 @@ impl ApiError {
     pub fn problem(&self) -> Problem {
         let (status, code) = self.status_and_code();
         let detail = match self {
-            ApiError::Store(error) => {
+            OperationError::Store(error) => {
                 tracing::error!(%error, "store error");
                 match error {
                     StoreError::Other(_) | StoreError::LostClaim => {
@@ -139,7 +139,7 @@ impl ApiError {
             other => other.to_string(),
         };
         let mut problem = Problem::new(status, code, detail);
-        if let ApiError::KeyReused(fields) = self {
+        if let OperationError::KeyReused(fields) = self {
             problem.detail = match fields.as_slice() {
                 [] => "this Idempotency-Key was first used on another route or method; make a new key for a new request".into(),
                 fields => format!(

@@ -5,7 +5,7 @@
 use checkout_shared::{EventBody, EventView, Payment, Refund};
 use serde_json::json;
 
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::store::endpoints::EndpointRow;
 use crate::store::{EventRow, NewEvent, Store, StoreError, Tx};
 use crate::{clock, ids};
@@ -221,7 +221,7 @@ async fn write(
     .await
 }
 
-pub fn view(row: &EventRow) -> Result<EventView, ApiError> {
+pub fn view(row: &EventRow) -> Result<EventView, OperationError> {
     let body: EventBody = serde_json::from_str(&row.body)
         .map_err(|e| StoreError::Other(format!("event {}: {e}", row.event_id).into()))?;
     Ok(EventView {

@@ -22,8 +22,8 @@ use webauthn_rs_proto::ResidentKeyRequirement;
 use checkout_shared::{PasskeyChallenge, PasskeyView};
 
 use crate::clock;
-use crate::operations::accounts::{new_secret, token_hash};
-use crate::operations::error::ApiError;
+use crate::operations::authentication::{new_secret, token_hash};
+use crate::operations::error::OperationError;
 use crate::operations::shoppers::SignedIn;
 use crate::store::passkeys::PasskeyRow;
 use crate::store::{Store, StoreError};
@@ -70,15 +70,18 @@ struct Registration {
     state: PasskeyRegistration,
 }
 
-fn rejected(why: impl std::fmt::Display) -> ApiError {
-    ApiError::PasskeyRejected(why.to_string())
+fn rejected(why: impl std::fmt::Display) -> OperationError {
+    OperationError::PasskeyRejected(why.to_string())
 }
 
-fn stored(error: serde_json::Error) -> ApiError {
-    ApiError::Store(StoreError::Other(error.to_string().into()))
+fn stored(error: serde_json::Error) -> OperationError {
+    OperationError::Store(StoreError::Other(error.to_string().into()))
 }
 
-fn challenge(ceremony_id: String, options: impl Serialize) -> Result<PasskeyChallenge, ApiError> {
+fn challenge(
+    ceremony_id: String,
+    options: impl Serialize,
+) -> Result<PasskeyChallenge, OperationError> {
     Ok(PasskeyChallenge {
         ceremony_id,
         options: serde_json::to_value(options).map_err(stored)?,
@@ -93,7 +96,7 @@ pub async fn begin_registration(
     party: &RelyingParty,
     account_id: &str,
     email: &str,
-) -> Result<PasskeyChallenge, ApiError> {
+) -> Result<PasskeyChallenge, OperationError> {
     let kept = store.passkeys_of(account_id).await?;
     let user_handle = kept
         .first()
@@ -132,7 +135,7 @@ pub async fn finish_registration(
     account_id: &str,
     ceremony_id: &str,
     credential: &RegisterPublicKeyCredential,
-) -> Result<PasskeyView, ApiError> {
+) -> Result<PasskeyView, OperationError> {
     let now_ms = clock::now_ms();
     let ceremony = store
         .take_ceremony(ceremony_id, now_ms)
@@ -167,7 +170,7 @@ pub async fn finish_registration(
 pub async fn begin_sign_in(
     store: &Store,
     party: &RelyingParty,
-) -> Result<PasskeyChallenge, ApiError> {
+) -> Result<PasskeyChallenge, OperationError> {
     let (options, state) = party
         .0
         .start_discoverable_authentication()
@@ -192,7 +195,7 @@ pub async fn finish_sign_in(
     party: &RelyingParty,
     ceremony_id: &str,
     credential: &PublicKeyCredential,
-) -> Result<SignedIn, ApiError> {
+) -> Result<SignedIn, OperationError> {
     let now_ms = clock::now_ms();
     let ceremony = store
         .take_ceremony(ceremony_id, now_ms)
@@ -235,7 +238,7 @@ pub async fn finish_sign_in(
 }
 
 /// The account's passkeys, oldest first.
-pub async fn list(store: &Store, account_id: &str) -> Result<Vec<PasskeyView>, ApiError> {
+pub async fn list(store: &Store, account_id: &str) -> Result<Vec<PasskeyView>, OperationError> {
     Ok(store
         .passkeys_of(account_id)
         .await?

@@ -20,12 +20,12 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{Output, PasswordHash, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
 
-use crate::operations::accounts::new_secret;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::new_secret;
+use crate::operations::error::OperationError;
 use crate::store::StoreError;
 
-fn failed(error: impl ToString) -> ApiError {
-    ApiError::Store(StoreError::Other(error.to_string().into()))
+fn failed(error: impl ToString) -> OperationError {
+    OperationError::Store(StoreError::Other(error.to_string().into()))
 }
 
 /// How long a check waits for a free worker before the request is refused as busy.
@@ -69,11 +69,11 @@ fn workers() -> &'static Workers {
 /// Runs `work` on a free Argon2id worker.
 async fn on_worker<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
+) -> Result<T, OperationError> {
     let workers = workers();
     let _turn = match tokio::time::timeout(WAIT_AT_MOST, workers.turns.acquire()).await {
         Ok(Ok(turn)) => turn,
-        _ => return Err(ApiError::PasswordChecksBusy),
+        _ => return Err(OperationError::PasswordChecksBusy),
     };
     let (answer, answered) = tokio::sync::oneshot::channel();
     let job: Job = Box::new(move || {
@@ -106,7 +106,7 @@ fn argon2id(params: &Params, secret: &[u8], salt: &[u8], out: &mut [u8]) -> argo
 }
 
 /// The PHC string of `secret`'s hash, with a fresh salt.
-pub async fn hash(secret: String) -> Result<String, ApiError> {
+pub async fn hash(secret: String) -> Result<String, OperationError> {
     on_worker(move || {
         let salt = SaltString::generate(&mut OsRng);
         let params = Params::default();
@@ -127,7 +127,7 @@ pub async fn hash(secret: String) -> Result<String, ApiError> {
 }
 
 /// Whether `secret` is the one `hash` was made from (compared in constant time).
-pub async fn verify(secret: String, hash: String) -> Result<bool, ApiError> {
+pub async fn verify(secret: String, hash: String) -> Result<bool, OperationError> {
     on_worker(move || {
         let Ok(parsed) = PasswordHash::new(&hash) else {
             return false;
@@ -151,7 +151,7 @@ pub async fn verify(secret: String, hash: String) -> Result<bool, ApiError> {
 /// A hash of nothing anyone knows, made once: what is checked when there is nothing to check
 /// against (an unknown e-mail, no live code), so that it costs what a wrong guess costs and the
 /// two cannot be told apart by time.
-pub async fn decoy() -> Result<&'static str, ApiError> {
+pub async fn decoy() -> Result<&'static str, OperationError> {
     static DECOY: OnceLock<String> = OnceLock::new();
     if let Some(hash) = DECOY.get() {
         return Ok(hash);

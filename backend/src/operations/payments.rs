@@ -7,9 +7,9 @@
 use checkout_idempotency::{Claim, Decision, Operation};
 use checkout_shared::{CreatePayment, ErrorCode, Payment, PaymentStatus, Problem};
 
-use crate::operations::accounts::Principal;
 use crate::operations::answers;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::operations::events;
 use crate::store::{Payer, PaymentChange, PaymentRow, Tx};
 use crate::{clock, ids};
@@ -25,10 +25,13 @@ pub struct Charge {
 }
 
 impl Charge {
-    pub fn validate(principal: &Principal, request: CreatePayment) -> Result<Charge, ApiError> {
+    pub fn validate(
+        principal: &Principal,
+        request: CreatePayment,
+    ) -> Result<Charge, OperationError> {
         let shopper = principal.as_shopper()?;
         if !ids::is_id("cs_", &request.checkout_session_id) {
-            return Err(ApiError::InvalidRequest(
+            return Err(OperationError::InvalidRequest(
                 "checkout_session_id must be a checkout session's id (cs_…)".into(),
             ));
         }
@@ -42,9 +45,9 @@ impl Charge {
 
 /// The business step of a payment, inside the protocol's transaction.
 impl Operation<Tx> for Charge {
-    type Error = ApiError;
+    type Error = OperationError;
 
-    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, OperationError> {
         let shopper = claim.scope.as_str();
         let session_id = self.checkout_session_id.as_str();
         let payment_id = ids::new_id("pay_");
@@ -72,7 +75,7 @@ impl Operation<Tx> for Charge {
                 return Err(mode_mismatch(session.livemode));
             }
             PaymentChange::Mismatch(session) => {
-                return Err(ApiError::InvalidRequest(format!(
+                return Err(OperationError::InvalidRequest(format!(
                     "the session is in {}; this account pays in {}",
                     session.currency, self.currency
                 )));
@@ -124,9 +127,9 @@ impl Operation<Tx> for Charge {
 
 /// Why a session could not be taken: unknown (`404`, nothing stored), paid already (`409` with
 /// its payment), or expired (`410`). The last two are this key's outcome.
-async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, ApiError> {
+async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, OperationError> {
     let Some(session) = tx.session(session_id).await? else {
-        return Err(ApiError::NotFound(
+        return Err(OperationError::NotFound(
             "there is no such checkout session".into(),
         ));
     };
@@ -150,8 +153,8 @@ async fn not_payable(tx: &mut Tx, session_id: &str) -> Result<Decision, ApiError
 }
 
 /// A shopper of the other mode than the session's.
-pub fn mode_mismatch(session_livemode: bool) -> ApiError {
-    ApiError::ModeMismatch(if session_livemode {
+pub fn mode_mismatch(session_livemode: bool) -> OperationError {
+    OperationError::ModeMismatch(if session_livemode {
         "this checkout session is paid with real money: sign in as a shopper (a test shopper pays only test sessions)".into()
     } else {
         "this checkout session is in test mode: only a test shopper pays it, never real money"
@@ -159,8 +162,8 @@ pub fn mode_mismatch(session_livemode: bool) -> ApiError {
     })
 }
 
-pub(crate) fn not_found(payment_id: &str) -> ApiError {
-    ApiError::NotFound(format!("there is no payment {payment_id} of yours"))
+pub(crate) fn not_found(payment_id: &str) -> OperationError {
+    OperationError::NotFound(format!("there is no payment {payment_id} of yours"))
 }
 
 pub fn payment_of(row: PaymentRow, with_shopper_balance: bool) -> Payment {

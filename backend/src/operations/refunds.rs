@@ -8,7 +8,7 @@ use checkout_idempotency::{Claim, Decision, Operation};
 use checkout_shared::{ErrorCode, Problem, Refund};
 
 use crate::operations::answers;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::events;
 use crate::operations::payments::not_found;
 use crate::operations::staff::Member;
@@ -28,9 +28,9 @@ pub struct RefundOrder {
 
 /// The business step of a refund, inside the protocol's transaction.
 impl Operation<Tx> for RefundOrder {
-    type Error = ApiError;
+    type Error = OperationError;
 
-    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, OperationError> {
         let shop = claim.scope.as_str();
         // Never more than remains of the payment; then every credit committed so far folded
         // into the shop's balance, which holds under its row's lock until commit.

@@ -11,10 +11,10 @@ use checkout_shared::{
     ShopView, validate_amount, validate_currency, validate_order_id,
 };
 
-use crate::operations::accounts::Principal;
-use crate::operations::addresses;
 use crate::operations::answers;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
+use crate::operations::urls;
 use crate::store::{NewSession, SessionRow, Tx};
 use crate::{clock, ids};
 
@@ -40,8 +40,8 @@ impl NewCheckoutSession {
         shop: &Principal,
         request: CreateCheckoutSession,
         ttl: Duration,
-    ) -> Result<NewCheckoutSession, ApiError> {
-        let invalid = ApiError::InvalidRequest;
+    ) -> Result<NewCheckoutSession, OperationError> {
+        let invalid = OperationError::InvalidRequest;
         validate_order_id(&request.order_id).map_err(invalid)?;
         validate_amount(request.amount).map_err(invalid)?;
         let currency = request.currency.unwrap_or_else(|| shop.currency.clone());
@@ -79,7 +79,7 @@ impl NewCheckoutSession {
         }
         if let Some(url) = &request.return_url {
             let parsed =
-                addresses::secure_url(url).map_err(|why| invalid(format!("return_url: {why}")))?;
+                urls::secure_url(url).map_err(|why| invalid(format!("return_url: {why}")))?;
             // The checkout's page sends the shopper there: only to the shop's own pages.
             let origin = parsed.origin().ascii_serialization();
             if !shop.origins.contains(&origin) {
@@ -119,12 +119,12 @@ impl NewCheckoutSession {
     }
 }
 
-fn text(value: &str, what: &str) -> Result<(), ApiError> {
+fn text(value: &str, what: &str) -> Result<(), OperationError> {
     let length = value.chars().count();
     if (1..=MAX_TEXT).contains(&length) && !value.chars().any(char::is_control) {
         Ok(())
     } else {
-        Err(ApiError::InvalidRequest(format!(
+        Err(OperationError::InvalidRequest(format!(
             "{what} must be 1 to {MAX_TEXT} characters, without control characters"
         )))
     }
@@ -133,9 +133,9 @@ fn text(value: &str, what: &str) -> Result<(), ApiError> {
 /// The business step of a session, inside the protocol's transaction: the session row, or the
 /// order's existing session (another key for the same order gets it, as a stored `409`).
 impl Operation<Tx> for NewCheckoutSession {
-    type Error = ApiError;
+    type Error = OperationError;
 
-    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, ApiError> {
+    async fn apply(&self, tx: &mut Tx, claim: &Claim) -> Result<Decision, OperationError> {
         let session_id = ids::new_secret_id("cs_");
         let items = serde_json::to_string(&self.items).expect("items serialize");
         let expires_at = claim
@@ -159,7 +159,7 @@ impl Operation<Tx> for NewCheckoutSession {
             let existing = tx
                 .session_of_order(&claim.scope, &self.order_id)
                 .await?
-                .ok_or(ApiError::Contended)?;
+                .ok_or(OperationError::Contended)?;
             let mut problem = Problem::new(
                 409,
                 ErrorCode::OrderSessionExists,

@@ -6,14 +6,14 @@
 //! (stored as its hash) that expires (see [`SignInLimits`]) or is revoked by «Выйти»; its money
 //! comes only from an operator's deposit, and it pays live sessions only.
 //!
-//! [`SignInLimits`]: crate::operations::accounts::SignInLimits
+//! [`SignInLimits`]: crate::operations::authentication::SignInLimits
 
 use checkout_shared::CodeSent;
 use serde::Serialize;
 
 use crate::mail::Mailer;
-use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
-use crate::operations::error::ApiError;
+use crate::operations::authentication::{DEFAULT_CURRENCY, new_secret, token_hash};
+use crate::operations::error::OperationError;
 use crate::operations::{email_codes, passwords};
 use crate::store::email_codes::Purpose;
 use crate::store::{AccountKind, EntryKind, LedgerEntry, Store, StoreError};
@@ -68,7 +68,7 @@ pub async fn new_test_shopper(store: &Store) -> Result<SignedIn, StoreError> {
 }
 
 /// An e-mail as the checkout keeps it: trimmed, lower-cased, one `@` with text on both sides.
-pub fn normalize_email(email: &str) -> Result<String, ApiError> {
+pub fn normalize_email(email: &str) -> Result<String, OperationError> {
     let email = email.trim().to_lowercase();
     let valid = email.len() <= 254
         && !email.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -77,15 +77,15 @@ pub fn normalize_email(email: &str) -> Result<String, ApiError> {
     if valid {
         Ok(email)
     } else {
-        Err(ApiError::InvalidRequest(
+        Err(OperationError::InvalidRequest(
             "email must be an e-mail address (name@example.ru)".into(),
         ))
     }
 }
 
-pub fn check_password(password: &str) -> Result<(), ApiError> {
+pub fn check_password(password: &str) -> Result<(), OperationError> {
     if password.chars().count() < MIN_PASSWORD_CHARS || password.len() > MAX_PASSWORD_BYTES {
-        return Err(ApiError::InvalidRequest(format!(
+        return Err(OperationError::InvalidRequest(format!(
             "password must be at least {MIN_PASSWORD_CHARS} characters (and at most {MAX_PASSWORD_BYTES} bytes)"
         )));
     }
@@ -101,7 +101,7 @@ pub async fn sign_up(
     mailer: Option<&Mailer>,
     email: &str,
     password: Option<&str>,
-) -> Result<CodeSent, ApiError> {
+) -> Result<CodeSent, OperationError> {
     let email = normalize_email(email)?;
     if let Some(password) = password {
         check_password(password)?;
@@ -132,7 +132,7 @@ pub async fn sign_up(
 }
 
 /// Whether the address has an account whose owner proved it.
-async fn has_confirmed_account(store: &Store, email: &str) -> Result<bool, ApiError> {
+async fn has_confirmed_account(store: &Store, email: &str) -> Result<bool, OperationError> {
     let shopper = store.shopper_by_email(email).await?;
     Ok(shopper.is_some_and(|shopper| shopper.confirmed))
 }
@@ -147,11 +147,15 @@ fn code_sent() -> CodeSent {
 /// The sign-up's code comes back: the account is made, confirmed, with the password chosen at
 /// sign-up, and signed in. A shopper from before codes existed is confirmed instead (with that
 /// password; its old sign-ins end).
-pub async fn confirm_sign_up(store: &Store, email: &str, code: &str) -> Result<SignedIn, ApiError> {
-    let email = normalize_email(email).map_err(|_| ApiError::InvalidCode)?;
+pub async fn confirm_sign_up(
+    store: &Store,
+    email: &str,
+    code: &str,
+) -> Result<SignedIn, OperationError> {
+    let email = normalize_email(email).map_err(|_| OperationError::InvalidCode)?;
     let now_ms = clock::now_ms();
     let kept = email_codes::check(store, &email, Purpose::SignUp, code, now_ms).await?;
-    let password_hash = kept.password_hash.ok_or(ApiError::InvalidCode)?;
+    let password_hash = kept.password_hash.ok_or(OperationError::InvalidCode)?;
     let token = new_secret("tok_live_");
     let token_hash = token_hash(&token);
     let new_account = ids::new_id("acc_");
@@ -202,7 +206,7 @@ pub async fn confirm_sign_up(store: &Store, email: &str, code: &str) -> Result<S
             })
         })
         .await?
-        .ok_or(ApiError::InvalidCode)?;
+        .ok_or(OperationError::InvalidCode)?;
     Ok(SignedIn { token, account_id })
 }
 
@@ -213,7 +217,7 @@ pub async fn request_recovery(
     store: &Store,
     mailer: Option<&Mailer>,
     email: &str,
-) -> Result<CodeSent, ApiError> {
+) -> Result<CodeSent, OperationError> {
     let email = normalize_email(email)?;
     let code = email_codes::new_code();
     let code_hash = passwords::hash(code.clone()).await?;
@@ -236,11 +240,11 @@ pub async fn recover(
     email: &str,
     code: &str,
     password: Option<&str>,
-) -> Result<SignedIn, ApiError> {
+) -> Result<SignedIn, OperationError> {
     if let Some(password) = password {
         check_password(password)?;
     }
-    let email = normalize_email(email).map_err(|_| ApiError::InvalidCode)?;
+    let email = normalize_email(email).map_err(|_| OperationError::InvalidCode)?;
     let now_ms = clock::now_ms();
     let kept = email_codes::check(store, &email, Purpose::Recovery, code, now_ms).await?;
     let password_hash = match password {
@@ -271,15 +275,19 @@ pub async fn recover(
             })
         })
         .await?
-        .ok_or(ApiError::InvalidCode)?;
+        .ok_or(OperationError::InvalidCode)?;
     Ok(SignedIn { token, account_id })
 }
 
 /// A sign-in by e-mail and password: a new token. A wrong password and an unknown e-mail are
 /// the same answer after the same work. The right password of a shopper that never confirmed
 /// its e-mail is told so: it signs up again with it, and enters the code.
-pub async fn sign_in(store: &Store, email: &str, password: &str) -> Result<SignedIn, ApiError> {
-    let email = normalize_email(email).map_err(|_| ApiError::InvalidCredentials)?;
+pub async fn sign_in(
+    store: &Store,
+    email: &str,
+    password: &str,
+) -> Result<SignedIn, OperationError> {
+    let email = normalize_email(email).map_err(|_| OperationError::InvalidCredentials)?;
     let found = store.shopper_by_email(&email).await?;
     let hash = match &found {
         Some(shopper) => shopper.password_hash.clone(),
@@ -289,18 +297,18 @@ pub async fn sign_in(store: &Store, email: &str, password: &str) -> Result<Signe
     match found {
         Some(shopper) if matches && !shopper.confirmed => Err(unconfirmed(&email)),
         Some(shopper) if matches => start_sign_in(store, shopper.account_id).await,
-        _ => Err(ApiError::InvalidCredentials),
+        _ => Err(OperationError::InvalidCredentials),
     }
 }
 
 /// What a shopper that never proved its e-mail is told.
-pub fn unconfirmed(email: &str) -> ApiError {
-    ApiError::EmailUnconfirmed(format!(
+pub fn unconfirmed(email: &str) -> OperationError {
+    OperationError::EmailUnconfirmed(format!(
         "the e-mail {email} is not confirmed: sign up again with it and enter the code mailed to it"
     ))
 }
 
-async fn start_sign_in(store: &Store, account_id: String) -> Result<SignedIn, ApiError> {
+async fn start_sign_in(store: &Store, account_id: String) -> Result<SignedIn, OperationError> {
     let token = new_secret("tok_live_");
     store
         .insert_sign_in(&token_hash(&token), &account_id, clock::now_ms())
@@ -309,7 +317,7 @@ async fn start_sign_in(store: &Store, account_id: String) -> Result<SignedIn, Ap
 }
 
 /// «Выйти»: this sign-in's token stops working.
-pub async fn sign_out(store: &Store, token: &str) -> Result<(), ApiError> {
+pub async fn sign_out(store: &Store, token: &str) -> Result<(), OperationError> {
     store
         .revoke_sign_in(&token_hash(token), clock::now_ms())
         .await?;
@@ -328,9 +336,9 @@ pub struct ShopperView {
     pub confirmed: bool,
 }
 
-pub async fn show(store: &Store, email: &str) -> Result<ShopperView, ApiError> {
+pub async fn show(store: &Store, email: &str) -> Result<ShopperView, OperationError> {
     let email = normalize_email(email)?;
-    let missing = || ApiError::NotFound(format!("there is no shopper {email}"));
+    let missing = || OperationError::NotFound(format!("there is no shopper {email}"));
     let shopper = store.shopper_by_email(&email).await?.ok_or_else(missing)?;
     let account = store
         .account(&shopper.account_id)

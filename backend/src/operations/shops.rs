@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::clock;
 use crate::ids;
-use crate::operations::accounts::{DEFAULT_CURRENCY, new_secret, token_hash};
-use crate::operations::addresses;
+use crate::operations::authentication::{DEFAULT_CURRENCY, new_secret, token_hash};
+use crate::operations::urls;
 use crate::store::{AccountKind, ShopRow, Store, StoreError};
 
 /// A shop's credentials in one mode, shown once: its secret key and its signing secret.
@@ -70,10 +70,10 @@ pub fn validate_name(name: &str) -> Result<(), ShopError> {
     }
 }
 
-/// Where a shop's events may go (see [`addresses::secure_url`]). Redirects are never followed
+/// Where a shop's events may go (see [`urls::secure_url`]). Redirects are never followed
 /// when sending, so this is where the events really go.
 pub fn validate_webhook_url(url: &str) -> Result<(), ShopError> {
-    addresses::secure_url(url)
+    urls::secure_url(url)
         .map(|_| ())
         .map_err(|why| ShopError::WebhookUrl(format!("{url}: {why}")))
 }
@@ -84,7 +84,7 @@ pub fn validate_origins(origins: &[String]) -> Result<Vec<String>, ShopError> {
     let mut valid = Vec::new();
     for text in origins {
         let origin =
-            addresses::origin(text).map_err(|why| ShopError::Origin(format!("{text}: {why}")))?;
+            urls::origin(text).map_err(|why| ShopError::Origin(format!("{text}: {why}")))?;
         if !valid.contains(&origin) {
             valid.push(origin);
         }

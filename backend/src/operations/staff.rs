@@ -5,9 +5,9 @@
 //! a member makes is written in the shop's audit log, beside the change.
 
 use crate::mail::Mailer;
-use crate::operations::accounts::{SignInLimits, new_secret, token_hash};
+use crate::operations::authentication::{SignInLimits, new_secret, token_hash};
 use crate::operations::email_codes::{self, Mail};
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::passwords;
 use crate::operations::shoppers::{check_password, normalize_email};
 use crate::store::Store;
@@ -69,9 +69,9 @@ pub struct Member {
 }
 
 impl Member {
-    fn from_row(row: MemberRow) -> Result<Member, ApiError> {
+    fn from_row(row: MemberRow) -> Result<Member, OperationError> {
         let role = Role::parse(&row.role).ok_or_else(|| {
-            ApiError::Store(StoreError::Other(
+            OperationError::Store(StoreError::Other(
                 format!("unknown role {}", row.role).into(),
             ))
         })?;
@@ -85,11 +85,11 @@ impl Member {
     }
 
     /// Only a role at least `role` may go on.
-    pub fn may(&self, role: Role) -> Result<&Member, ApiError> {
+    pub fn may(&self, role: Role) -> Result<&Member, OperationError> {
         if self.role <= role {
             Ok(self)
         } else {
-            Err(ApiError::Forbidden(format!(
+            Err(OperationError::Forbidden(format!(
                 "Это может только {}; ваша роль — {}",
                 match role {
                     Role::Owner => "владелец",
@@ -136,7 +136,7 @@ pub async fn invite(
     public_origin: &url::Url,
     invitation: &Invitation<'_>,
     by: Inviter<'_>,
-) -> Result<(), ApiError> {
+) -> Result<(), OperationError> {
     let Invitation {
         shop_id,
         shop_name,
@@ -174,7 +174,7 @@ pub async fn invite(
         .await?;
     let link = public_origin
         .join(&format!("/dashboard/invite/{token}"))
-        .map_err(|e| ApiError::Store(StoreError::Other(e.to_string().into())))?;
+        .map_err(|e| OperationError::Store(StoreError::Other(e.to_string().into())))?;
     email_codes::send(
         mailer,
         &email,
@@ -197,7 +197,10 @@ fn invitation_mail(shop_name: &str, role: Role, link: &str) -> Mail {
 }
 
 /// The invitation behind a link, if it still works: its shop, address and role.
-pub async fn open_invite(store: &Store, token: &str) -> Result<Option<(String, Role)>, ApiError> {
+pub async fn open_invite(
+    store: &Store,
+    token: &str,
+) -> Result<Option<(String, Role)>, OperationError> {
     let invite = store
         .open_invite(&token_hash(token), clock::now_ms())
         .await?;
@@ -210,7 +213,7 @@ pub async fn accept(
     store: &Store,
     token: &str,
     password: &str,
-) -> Result<Option<(Member, String)>, ApiError> {
+) -> Result<Option<(Member, String)>, OperationError> {
     check_password(password)?;
     let password_hash = passwords::hash(password.to_owned()).await?;
     let sign_in = new_secret("dash_");
@@ -233,12 +236,12 @@ pub async fn sign_in(
     store: &Store,
     email: &str,
     password: &str,
-) -> Result<(Member, String), ApiError> {
-    let email = normalize_email(email).map_err(|_| ApiError::InvalidCredentials)?;
+) -> Result<(Member, String), OperationError> {
+    let email = normalize_email(email).map_err(|_| OperationError::InvalidCredentials)?;
     let memberships = store.members_by_email(&email).await?;
     if memberships.is_empty() {
         passwords::verify(password.to_owned(), passwords::decoy().await?.to_owned()).await?;
-        return Err(ApiError::InvalidCredentials);
+        return Err(OperationError::InvalidCredentials);
     }
     for (row, hash) in memberships {
         if passwords::verify(password.to_owned(), hash).await? {
@@ -251,7 +254,7 @@ pub async fn sign_in(
             return Ok((member, token));
         }
     }
-    Err(ApiError::InvalidCredentials)
+    Err(OperationError::InvalidCredentials)
 }
 
 /// The member a cookie's token signs in, if the sign-in still holds.
@@ -259,7 +262,7 @@ pub async fn authenticate(
     store: &Store,
     limits: SignInLimits,
     token: &str,
-) -> Result<Option<Member>, ApiError> {
+) -> Result<Option<Member>, OperationError> {
     let hash = token_hash(token);
     let Some((row, signed_in_at, last_used_at)) = store.member_by_sign_in(&hash).await? else {
         return Ok(None);
@@ -290,16 +293,16 @@ pub async fn change_member(
     by: &Member,
     staff_id: &str,
     role: Option<Role>,
-) -> Result<(), ApiError> {
+) -> Result<(), OperationError> {
     by.may(Role::Owner)?;
     let members = store.members_of_shop(&by.shop_id).await?;
     let target = members
         .iter()
         .find(|m| m.staff_id == staff_id)
-        .ok_or_else(|| ApiError::NotFound("Нет такого участника".into()))?;
+        .ok_or_else(|| OperationError::NotFound("Нет такого участника".into()))?;
     let owners = members.iter().filter(|m| m.role == "owner").count();
     if target.role == "owner" && role != Some(Role::Owner) && owners <= 1 {
-        return Err(ApiError::InvalidRequest(
+        return Err(OperationError::InvalidRequest(
             "У магазина должен остаться хотя бы один владелец".into(),
         ));
     }

@@ -10,7 +10,7 @@ use checkout_idempotency::now_ms;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::operations::accounts::SignInLimits;
+use crate::operations::authentication::SignInLimits;
 use crate::store::{Store, StoreError};
 
 /// Keys deleted per transaction: each batch holds SQLite's one writer only briefly, so that

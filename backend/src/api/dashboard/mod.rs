@@ -31,7 +31,7 @@ use maud::{DOCTYPE, Markup, html};
 use sha2::{Digest, Sha256};
 
 use crate::api::state::AppState;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::staff::{Member, Role};
 use crate::store::ShopRow;
 
@@ -170,7 +170,7 @@ impl Signed {
         app.store
             .shop(&self.member.shop_id, mode.livemode())
             .await
-            .map_err(ApiError::from)?
+            .map_err(OperationError::from)?
             .ok_or_else(|| Failure::Shown(StatusCode::NOT_FOUND, "Магазин не найден".into()))
     }
 
@@ -290,23 +290,25 @@ pub enum Failure {
     Shown(StatusCode, String),
 }
 
-impl From<ApiError> for Failure {
-    fn from(error: ApiError) -> Failure {
+impl From<OperationError> for Failure {
+    fn from(error: OperationError) -> Failure {
         let (status, _) = error.status_and_code();
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let message = match &error {
-            ApiError::Forbidden(message) | ApiError::InvalidRequest(message) => message.clone(),
-            ApiError::NotFound(_) => "Не найдено".into(),
-            ApiError::InvalidCredentials | ApiError::Unauthorized => {
+            OperationError::Forbidden(message) | OperationError::InvalidRequest(message) => {
+                message.clone()
+            }
+            OperationError::NotFound(_) => "Не найдено".into(),
+            OperationError::InvalidCredentials | OperationError::Unauthorized => {
                 "Неверная почта или пароль".into()
             }
-            ApiError::TooManyRequests(secs) => {
+            OperationError::TooManyRequests(secs) => {
                 format!("Слишком много попыток; повторите через {secs} с")
             }
-            ApiError::MailUnavailable => {
+            OperationError::MailUnavailable => {
                 "Письмо не отправлено: почтовый сервер недоступен; повторите позже".into()
             }
-            ApiError::KeyInUse => "Этот запрос ещё выполняется; обновите страницу".into(),
+            OperationError::KeyInUse => "Этот запрос ещё выполняется; обновите страницу".into(),
             _ => {
                 tracing::warn!(%error, "a dashboard page failed");
                 "Что-то пошло не так; повторите чуть позже".into()
@@ -318,7 +320,7 @@ impl From<ApiError> for Failure {
 
 impl From<crate::store::StoreError> for Failure {
     fn from(error: crate::store::StoreError) -> Failure {
-        Failure::from(ApiError::from(error))
+        Failure::from(OperationError::from(error))
     }
 }
 

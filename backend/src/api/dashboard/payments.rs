@@ -15,10 +15,10 @@ use maud::{Markup, html};
 use super::{
     Failure, Mode, PageResult, Posted, Section, Signed, charts, hidden, page, rub, see_other, when,
 };
-use crate::api::keyed::{self, Asked};
+use crate::api::keyed_requests::{self, Asked};
 use crate::api::state::AppState;
 use crate::clock;
-use crate::operations::accounts::Principal;
+use crate::operations::authentication::Principal;
 use crate::operations::refunds::RefundOrder;
 use crate::operations::staff::Role;
 use crate::store::AccountKind;
@@ -382,7 +382,7 @@ pub async fn refund(
         .ok_or_else(|| bad("Форма пришла без ключа: обновите страницу"))?;
     let principal = Principal {
         account_id: shop.account_id.clone(),
-        currency: crate::operations::accounts::DEFAULT_CURRENCY.to_owned(),
+        currency: crate::operations::authentication::DEFAULT_CURRENCY.to_owned(),
         kind: AccountKind::Shop,
         livemode: shop.livemode,
         origins: shop.origins.clone(),
@@ -400,7 +400,7 @@ pub async fn refund(
         body: &canonical,
         location: None,
     };
-    let answer = keyed::execute(&app, &principal, &key, asked, order).await?;
+    let answer = keyed_requests::execute(&app, &principal, &key, asked, order).await?;
     let status = answer.status();
     let replayed = answer
         .headers()
@@ -411,7 +411,9 @@ pub async fn refund(
         .unwrap_or_default();
     if status == StatusCode::CREATED {
         let refund: checkout_shared::Refund = serde_json::from_slice(&body).map_err(|e| {
-            crate::operations::error::ApiError::from(crate::store::StoreError::Other(e.into()))
+            crate::operations::error::OperationError::from(crate::store::StoreError::Other(
+                e.into(),
+            ))
         })?;
         let mut to = mode.href(&format!(
             "/dashboard/payments/{payment_id}?refunded={}",

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::api::shoppers::ClientAddress;
 use crate::api::state::AppState;
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::operations::staff;
 
 fn sign_in_form(error: Option<&str>, email: &str) -> maud::Markup {
@@ -85,7 +85,7 @@ pub async fn sign_in(
                 .insert(header::SET_COOKIE, sign_in_cookie(&app, &token));
             Ok(response)
         }
-        Err(ApiError::InvalidCredentials) => {
+        Err(OperationError::InvalidCredentials) => {
             Ok(again(StatusCode::UNAUTHORIZED, "Неверная почта или пароль"))
         }
         Err(error) => Err(error.into()),

@@ -21,8 +21,8 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required};
 use utoipa::{IntoParams, IntoResponses};
 
 use crate::api::AppState;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 use crate::store::Tx;
 
 /// How a keyed request was answered. Recorded on the request's trace span and set as a
@@ -68,9 +68,9 @@ pub async fn execute<O>(
     key: &IdempotencyKey,
     asked: Asked<'_>,
     operation: O,
-) -> Result<Response, ApiError>
+) -> Result<Response, OperationError>
 where
-    O: Operation<Tx, Error = ApiError>,
+    O: Operation<Tx, Error = OperationError>,
 {
     // A bound on what one principal may have executing (a flood of fresh keys queues nowhere).
     let _in_progress = app.limits.key_in_progress(&principal.account_id)?;
@@ -119,13 +119,16 @@ where
             expires_at_ms,
         } => expiring(
             with_outcome(
-                ApiError::KeyReused(fields).into_response(),
+                OperationError::KeyReused(fields).into_response(),
                 KeyOutcome::Mismatch,
             ),
             expires_at_ms,
         ),
-        Outcome::InUse => with_outcome(ApiError::KeyInUse.into_response(), KeyOutcome::Conflict),
-        Outcome::TryAgain => ApiError::Contended.into_response(),
+        Outcome::InUse => with_outcome(
+            OperationError::KeyInUse.into_response(),
+            KeyOutcome::Conflict,
+        ),
+        Outcome::TryAgain => OperationError::Contended.into_response(),
     })
 }
 

@@ -10,8 +10,8 @@ use checkout_shared::{IdempotencyKey, KeyState};
 
 use crate::api::AppState;
 use crate::clock;
-use crate::operations::accounts::Principal;
-use crate::operations::error::ApiError;
+use crate::operations::authentication::Principal;
+use crate::operations::error::OperationError;
 
 #[utoipa::path(
     get, path = "/api/idempotency-keys/{key}", operation_id = "get_idempotency_key", tag = "idempotency keys",
@@ -29,9 +29,9 @@ pub async fn status(
     State(app): State<AppState>,
     principal: Principal,
     Path(key): Path<String>,
-) -> Result<Json<checkout_shared::KeyStatus>, ApiError> {
+) -> Result<Json<checkout_shared::KeyStatus>, OperationError> {
     let not_found =
-        || ApiError::NotFound("there is no such idempotency key (or it has expired)".into());
+        || OperationError::NotFound("there is no such idempotency key (or it has expired)".into());
     let key = IdempotencyKey::parse(&key).map_err(|_| not_found())?;
     let status = app
         .protocol

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::operations::error::ApiError;
+use crate::operations::error::OperationError;
 use crate::store::{AccountKind, Store};
 
 pub const DEFAULT_CURRENCY: &str = "RUB";
@@ -27,10 +27,10 @@ pub struct Principal {
 
 impl Principal {
     /// Only shoppers pay.
-    pub fn as_shopper(&self) -> Result<&Principal, ApiError> {
+    pub fn as_shopper(&self) -> Result<&Principal, OperationError> {
         match self.kind {
             AccountKind::Shopper => Ok(self),
-            _ => Err(ApiError::Forbidden(
+            _ => Err(OperationError::Forbidden(
                 "only a shopper can do this; a shop acts with its secret key on its own endpoints"
                     .into(),
             )),
@@ -38,10 +38,10 @@ impl Principal {
     }
 
     /// Only shops create checkout sessions and refund.
-    pub fn as_shop(&self) -> Result<&Principal, ApiError> {
+    pub fn as_shop(&self) -> Result<&Principal, OperationError> {
         match self.kind {
             AccountKind::Shop => Ok(self),
-            _ => Err(ApiError::Forbidden(
+            _ => Err(OperationError::Forbidden(
                 "only a shop can do this, with its secret key (sk_…)".into(),
             )),
         }
@@ -100,7 +100,7 @@ impl PrincipalCache {
         &self,
         store: &Store,
         token_hash: &str,
-    ) -> Result<Principal, ApiError> {
+    ) -> Result<Principal, OperationError> {
         if let Some(principal) = self.get(token_hash) {
             return Ok(principal);
         }
@@ -108,7 +108,7 @@ impl PrincipalCache {
         let holder = store
             .account_by_token_hash(token_hash, now)
             .await?
-            .ok_or(ApiError::Unauthorized)?;
+            .ok_or(OperationError::Unauthorized)?;
         let principal = Principal {
             account_id: holder.account_id,
             currency: holder.currency,
@@ -118,7 +118,7 @@ impl PrincipalCache {
         };
         // A live shopper from before e-mail codes, never confirmed: no live money moves for it.
         if !holder.confirmed {
-            return Err(ApiError::EmailUnconfirmed(
+            return Err(OperationError::EmailUnconfirmed(
                 "this shopper has not confirmed its e-mail: sign up again with it and enter the \
                  code mailed to it"
                     .into(),
@@ -132,10 +132,10 @@ impl PrincipalCache {
         };
         let within = |since: i64, limit: Duration| now - since < limit.as_millis() as i64;
         if !within(signed_in_at, self.limits.absolute) || !within(last_used_at, self.limits.idle) {
-            return Err(ApiError::Unauthorized);
+            return Err(OperationError::Unauthorized);
         }
         if now - last_used_at >= TOUCH_EVERY_MS && !store.touch_sign_in(token_hash, now).await? {
-            return Err(ApiError::Unauthorized);
+            return Err(OperationError::Unauthorized);
         }
         Ok(principal)
     }
