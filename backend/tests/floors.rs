@@ -314,7 +314,7 @@ fn the_rules_see_an_upward_use_and_a_circle() {
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    assert!(found.contains(&vec!["api".into(), "keyed".into()]));
+    assert!(found.contains(&vec!["api".into(), "keyed_requests".into()]));
     assert!(found.contains(&vec!["store".into(), "row".into()]));
     assert_eq!(floor(&found[0]), 4);
     let edges: BTreeSet<(String, String)> = [("a", "b"), ("b", "c"), ("c", "a")]
