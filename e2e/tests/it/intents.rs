@@ -1,8 +1,7 @@
 //! The widget never loses or misreads an intent: each scenario is one way a shopper could pay
 //! twice, or be told a paid order failed, with a widget that trusted its own state too much.
 
-#[macro_use]
-mod browser;
+use crate::browser;
 
 use std::time::Duration;
 

@@ -5,8 +5,7 @@
 //! credential, nor the balance.
 
 #[allow(unused_macros)]
-#[macro_use]
-mod browser;
+use crate::browser;
 
 use std::time::Duration;
 

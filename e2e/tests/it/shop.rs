@@ -2,8 +2,7 @@
 //! creation survives failures (same key, one session), and the back office refunds once however
 //! often a refund is submitted or its answer is lost.
 
-#[macro_use]
-mod browser;
+use crate::browser;
 
 use std::time::Duration;
 

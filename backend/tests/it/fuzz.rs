@@ -36,7 +36,7 @@ async fn generated_requests_find_no_server_error_and_no_answer_off_the_schema(ba
     let shop_key = shop.api.token.clone().expect("a shop has a secret key");
 
     let run = Command::new(&schemathesis)
-        .current_dir(workspace().join("backend/tests/fuzz"))
+        .current_dir(workspace().join("backend/tests/it/fuzz"))
         .env("PYTHONPATH", ".")
         .env("SCHEMATHESIS_HOOKS", "checkout_hooks")
         .env("FUZZ_SHOP_KEY", &shop_key)

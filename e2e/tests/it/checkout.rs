@@ -6,8 +6,7 @@
 //! `drop_after_commit=N` hits the first N keyed requests in order: the first is the shop's own
 //! session creation (which its server resends with the same key), the second the payment.
 
-#[macro_use]
-mod browser;
+use crate::browser;
 
 use browser::{CART, Checkout};
 use checkout_testkit::OPENING_BALANCE;

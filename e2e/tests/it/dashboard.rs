@@ -4,8 +4,7 @@
 //! keeps verifying, disables and enables the endpoint. Every page is photographed at a phone's
 //! width and a desktop's, and axe-core finds nothing on any of them.
 
-#[macro_use]
-mod browser;
+use crate::browser;
 
 use browser::{CART, Checkout};
 use checkout_testkit::wait_until;
