@@ -733,147 +733,201 @@ impl Receipts {
 
 /// The campaign: the deployment of `plan`, the load through HAProxy, the faults in turn, then
 /// the failover checks (and the receipts against the books, when there are receipts).
+/// Runs the campaign on the HA cluster, phase by phase: the stage set (the cluster, two
+/// checkout instances behind HAProxy, a webhook receiver, a shop, shoppers, and with receipts a
+/// RabbitMQ cluster and its consumer), each fault struck in turn while the clients load it, every
+/// request settled, then the books, the events and the receipts checked.
 pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> FailoverReport {
     assert!(
         plan.receipts || !plan.faults.contains(&Fault::BrokerNode),
         "a RabbitMQ node can be killed only in a campaign with receipts"
     );
-    let receipts = if plan.receipts {
-        Some(Receipts::start(receipts_bin).await)
-    } else {
-        None
-    };
-    let broker = receipts.as_ref().map(|r| r.broker.clone());
-    let amqp = broker.as_ref().map(|b| b.urls());
-    let cluster = Arc::new(
-        HaCluster::start_with(HaSettings {
-            web_instances: 2,
-            synchronous: plan.synchronous,
-            link_delay: plan.link_delay,
-        })
-        .await,
-    );
-    let db = TestDb::at(cluster.create_database().await);
-    let mut servers = Vec::new();
-    for port in &cluster.web_ports {
-        servers.push(start_server_at(server_bin, &db, *port, amqp.as_deref()).await);
-    }
-    let front = format!("http://127.0.0.1:{}", cluster.web_port);
-    // HAProxy has seen the instances up.
-    let health = format!("{front}/healthz");
-    checkout_testkit::wait_until(
-        "HAProxy reaches a checkout",
-        Duration::from_secs(30),
-        || async {
-            reqwest::get(&health)
-                .await
-                .is_ok_and(|a| a.status().is_success())
-        },
-    )
-    .await;
-    let receiver = Receiver::start().await;
-    let shop = add_shop_with(
-        server_bin,
-        &db.url,
-        &front,
-        "Лавка кластера",
-        Some(&receiver.url),
-        &[],
-    )
-    .await;
-    let mut shoppers = Vec::new();
-    for _ in 0..plan.clients {
-        shoppers.push(Api::new(&front).shopper_token().await);
-    }
-    let load = Load::new(front, shop.api.token.clone().unwrap());
+    let mut stage = Stage::set(plan, server_bin, receipts_bin).await;
+    let servers = std::mem::take(&mut stage.servers);
     let idle = crate::footprint::sample();
     let sampler = crate::footprint::Sampler::start(Duration::from_secs(1));
-
     let failing_over = Arc::new(AtomicBool::new(true));
-    let chaos = {
-        let (plan, failing_over, cluster) = (plan.clone(), failing_over.clone(), cluster.clone());
-        let (server_bin, db_url) = (server_bin.to_owned(), db.url.clone());
-        let (broker, amqp) = (broker.clone(), amqp.clone());
-        tokio::spawn(async move {
-            let db = TestDb::at(db_url);
-            let mut struck = Vec::new();
-            for (round, fault) in plan.faults.iter().enumerate() {
-                tokio::time::sleep(plan.load_before).await;
-                // When the fault has struck: once the blow has landed (the killed process is
-                // surely gone), so that nothing sent after it can have been answered by it.
-                let at = match fault {
-                    Fault::LeaderPostgres => {
-                        let leader = cluster.leader().await.expect("a leader");
-                        cluster.kill_postgres(leader);
-                        let at = Instant::now();
-                        cluster.until_writable().await;
-                        // The next fault finds the cluster whole: the old leader a replica.
-                        cluster.until_whole().await;
-                        at
-                    }
-                    Fault::EtcdMember => {
-                        let member = round % 3;
-                        cluster.kill_etcd(member);
-                        let at = Instant::now();
-                        tokio::time::sleep(plan.load_before).await;
-                        cluster.restart_etcd(member);
-                        at
-                    }
-                    Fault::CheckoutInstance => {
-                        let instance = round % servers.len();
-                        servers[instance].kill();
-                        let at = Instant::now();
-                        tokio::time::sleep(plan.load_before).await;
-                        let port = cluster.web_ports[instance];
-                        servers[instance] =
-                            start_server_at(&server_bin, &db, port, amqp.as_deref()).await;
-                        at
-                    }
-                    Fault::BrokerNode => {
-                        let broker = broker.clone().expect("a broker");
-                        let node = round % broker.nodes.len();
-                        tokio::task::spawn_blocking(move || {
-                            broker.nodes[node].kill();
-                            let at = Instant::now();
-                            broker.nodes[node].start_again();
-                            at
-                        })
-                        .await
-                        .unwrap()
-                    }
-                    Fault::HaproxyRestart => {
-                        cluster.kill_haproxy();
-                        let at = Instant::now();
-                        cluster.start_haproxy();
-                        at
-                    }
-                };
-                struck.push((fault.name(), at));
-            }
-            // The load goes on a while after the last: the checkout must recover by itself.
-            tokio::time::sleep(plan.load_before).await;
-            failing_over.store(false, Ordering::SeqCst);
-            (struck, servers)
-        })
-    };
-
-    let duplicates = drive(&load, shoppers, plan.requests, &failing_over).await;
+    let chaos = strike_in_turn(plan, &stage, servers, server_bin, failing_over.clone());
+    let duplicates = drive(
+        &stage.load,
+        stage.shoppers.clone(),
+        plan.requests,
+        &failing_over,
+    )
+    .await;
     let (faults, servers) = chaos.await.unwrap();
     let under_load = sampler.stop();
     let mut report = settle(Settling {
         synchronous: plan.synchronous,
-        load: &load,
+        load: &stage.load,
         duplicates,
         faults,
-        db: &db,
-        receiver: &receiver,
+        db: &stage.db,
+        receiver: &stage.receiver,
     })
     .await;
-    if let Some(receipts) = &receipts {
-        receipts.check(&db, &mut report).await;
+    if let Some(receipts) = &stage.receipts {
+        receipts.check(&stage.db, &mut report).await;
     }
     report.idle = Some(idle);
     report.under_load = Some(under_load);
     drop(servers);
     report
+}
+
+/// Everything the campaign runs against, started before the load.
+struct Stage {
+    receipts: Option<Receipts>,
+    broker: Option<Arc<BrokerCluster>>,
+    amqp: Option<String>,
+    cluster: Arc<HaCluster>,
+    db: TestDb,
+    /// Handed to the chaos, which kills and restarts them.
+    servers: Vec<Server>,
+    receiver: Receiver,
+    shoppers: Vec<String>,
+    load: Arc<Load>,
+}
+
+impl Stage {
+    async fn set(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> Stage {
+        let receipts = if plan.receipts {
+            Some(Receipts::start(receipts_bin).await)
+        } else {
+            None
+        };
+        let broker = receipts.as_ref().map(|r| r.broker.clone());
+        let amqp = broker.as_ref().map(|b| b.urls());
+        let cluster = Arc::new(
+            HaCluster::start_with(HaSettings {
+                web_instances: 2,
+                synchronous: plan.synchronous,
+                link_delay: plan.link_delay,
+            })
+            .await,
+        );
+        let db = TestDb::at(cluster.create_database().await);
+        let mut servers = Vec::new();
+        for port in &cluster.web_ports {
+            servers.push(start_server_at(server_bin, &db, *port, amqp.as_deref()).await);
+        }
+        let front = format!("http://127.0.0.1:{}", cluster.web_port);
+        // HAProxy has seen the instances up.
+        let health = format!("{front}/healthz");
+        checkout_testkit::wait_until(
+            "HAProxy reaches a checkout",
+            Duration::from_secs(30),
+            || async {
+                reqwest::get(&health)
+                    .await
+                    .is_ok_and(|a| a.status().is_success())
+            },
+        )
+        .await;
+        let receiver = Receiver::start().await;
+        let shop = add_shop_with(
+            server_bin,
+            &db.url,
+            &front,
+            "Лавка кластера",
+            Some(&receiver.url),
+            &[],
+        )
+        .await;
+        let mut shoppers = Vec::new();
+        for _ in 0..plan.clients {
+            shoppers.push(Api::new(&front).shopper_token().await);
+        }
+        let load = Load::new(front, shop.api.token.clone().unwrap());
+        Stage {
+            receipts,
+            broker,
+            amqp,
+            cluster,
+            db,
+            servers,
+            receiver,
+            shoppers,
+            load,
+        }
+    }
+}
+
+/// When each fault struck, by its name.
+type Struck = Vec<(&'static str, Instant)>;
+
+/// The faults, in turn, each after `plan.load_before` of load, until the last has been
+/// recovered from; then the load goes on a while and stops. Returns when each fault struck, and
+/// the checkout instances as they are at the end.
+fn strike_in_turn(
+    plan: &FailoverPlan,
+    stage: &Stage,
+    mut servers: Vec<Server>,
+    server_bin: &str,
+    failing_over: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(Struck, Vec<Server>)> {
+    let (plan, cluster) = (plan.clone(), stage.cluster.clone());
+    let (server_bin, db_url) = (server_bin.to_owned(), stage.db.url.clone());
+    let (broker, amqp) = (stage.broker.clone(), stage.amqp.clone());
+    tokio::spawn(async move {
+        let db = TestDb::at(db_url);
+        let mut struck = Vec::new();
+        for (round, fault) in plan.faults.iter().enumerate() {
+            tokio::time::sleep(plan.load_before).await;
+            // When the fault has struck: once the blow has landed (the killed process is
+            // surely gone), so that nothing sent after it can have been answered by it.
+            let at = match fault {
+                Fault::LeaderPostgres => {
+                    let leader = cluster.leader().await.expect("a leader");
+                    cluster.kill_postgres(leader);
+                    let at = Instant::now();
+                    cluster.until_writable().await;
+                    // The next fault finds the cluster whole: the old leader a replica.
+                    cluster.until_whole().await;
+                    at
+                }
+                Fault::EtcdMember => {
+                    let member = round % 3;
+                    cluster.kill_etcd(member);
+                    let at = Instant::now();
+                    tokio::time::sleep(plan.load_before).await;
+                    cluster.restart_etcd(member);
+                    at
+                }
+                Fault::CheckoutInstance => {
+                    let instance = round % servers.len();
+                    servers[instance].kill();
+                    let at = Instant::now();
+                    tokio::time::sleep(plan.load_before).await;
+                    let port = cluster.web_ports[instance];
+                    servers[instance] =
+                        start_server_at(&server_bin, &db, port, amqp.as_deref()).await;
+                    at
+                }
+                Fault::BrokerNode => {
+                    let broker = broker.clone().expect("a broker");
+                    let node = round % broker.nodes.len();
+                    tokio::task::spawn_blocking(move || {
+                        broker.nodes[node].kill();
+                        let at = Instant::now();
+                        broker.nodes[node].start_again();
+                        at
+                    })
+                    .await
+                    .unwrap()
+                }
+                Fault::HaproxyRestart => {
+                    cluster.kill_haproxy();
+                    let at = Instant::now();
+                    cluster.start_haproxy();
+                    at
+                }
+            };
+            struck.push((fault.name(), at));
+        }
+        // The load goes on a while after the last: the checkout must recover by itself.
+        tokio::time::sleep(plan.load_before).await;
+        failing_over.store(false, Ordering::SeqCst);
+        (struck, servers)
+    })
 }
