@@ -1,8 +1,9 @@
 //! What a reader is told: the OpenAPI document and its page, as a running server serves them;
 //! every link and path in the project's documents; the README's first payment, run as written.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use crate::workspace;
 use checkout_testkit::{Backend, Server, TestDb};
 use reqwest::StatusCode;
 
@@ -46,14 +47,6 @@ async fn the_server_serves_its_openapi_document_and_a_page_to_read_it() {
         .await
         .unwrap();
     assert!(initializer.contains("/api/openapi.json"), "{initializer}");
-}
-
-/// The project's own root.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("backend/ is in the workspace")
-        .to_path_buf()
 }
 
 /// The documents a reader is pointed to: the README, the architecture, the figures, `docs/`.

@@ -5,9 +5,9 @@
 //! answer is a `5xx` and that every answer conforms to the document; afterwards the database's
 //! invariants hold (money conserved, balances equal their ledgers).
 
-use std::path::PathBuf;
 use std::process::Command;
 
+use crate::workspace;
 use checkout_testkit::{Backend, Server, TestDb};
 
 const SERVER: &str = env!("CARGO_BIN_EXE_checkout-server");
@@ -17,10 +17,6 @@ const MAX_EXAMPLES: &str = "60";
 checkout_testkit::on_both_databases!(
     generated_requests_find_no_server_error_and_no_answer_off_the_schema
 );
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 async fn generated_requests_find_no_server_error_and_no_answer_off_the_schema(backend: Backend) {
     let schemathesis = workspace().join("tools/venv/bin/st");

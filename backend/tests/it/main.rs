@@ -16,3 +16,11 @@ mod protocol;
 mod shops;
 mod site;
 mod verify;
+
+/// The project's root, where the docs, the tools and the migrations are.
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("backend/ is in the workspace")
+        .to_path_buf()
+}

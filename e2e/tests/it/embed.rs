@@ -4,7 +4,6 @@
 //! checkout's origin. What the page can learn is what the events carry: never the shopper's
 //! credential, nor the balance.
 
-#[allow(unused_macros)]
 use crate::browser;
 
 use std::time::Duration;
