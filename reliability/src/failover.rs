@@ -574,8 +574,17 @@ async fn settle(settling: Settling<'_>) -> FailoverReport {
     }
     report.events_of_lost_changes = received.difference(&in_db).count() as u64;
     if report.events_undelivered > 0 {
+        // What holds them: their state, tries, lease and last error, for whoever reads the failure.
+        let held = db
+            .texts(
+                "SELECT status || ' × ' || COUNT(*) || ', attempts ' || MIN(attempts) || '..' \
+                        || MAX(attempts) || ', leased ' || COUNT(locked_until) \
+                        || ', last error ' || COALESCE(MIN(last_error), '-') \
+                   FROM webhook_events WHERE status <> 'delivered' GROUP BY status",
+            )
+            .await;
         report.violations.push(format!(
-            "{} events not delivered within 60 s",
+            "{} events not delivered within 60 s: {held:?}",
             report.events_undelivered
         ));
     }

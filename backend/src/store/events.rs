@@ -236,10 +236,15 @@ pub static EVENT_RETRY_AT: Template = Template::new(concat!(
 ));
 
 /// A delivery attempt, as it was seen (written whether or not its lease still held: it was made).
+/// An attempt's record, if its event still exists: asynchronous replication can lose an event
+/// whose attempt has ended (it was written just before the primary was lost), and a record the
+/// database refuses would fail the sender's every later turn.
 pub const INSERT_ATTEMPT: &str = "\
     INSERT INTO delivery_attempts (event_id, shop_account_id, url, attempt, at, status, \
                                    latency_ms, excerpt) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8 \
+     WHERE EXISTS (SELECT 1 FROM webhook_events WHERE event_id = $1) \
+    ON CONFLICT DO NOTHING";
 
 pub const EVENT_DEAD: &str = "\
     UPDATE webhook_events SET status = 'dead', locked_until = NULL, lease_id = NULL, \

@@ -105,6 +105,9 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
         // are (a failed turn tries them again; their leases still hold).
         let mut ended: Vec<EndedAttempt> = Vec::new();
         let mut last_turn = tokio::time::Instant::now();
+        // The last turn that committed: attempts left unrecorded longer than a lease are let go.
+        let mut last_settled = tokio::time::Instant::now();
+        let lease_ms = millis(settings.timeout) + 5_000;
         loop {
             tokio::time::sleep_until(last_turn + TURN_SPACING).await;
             last_turn = tokio::time::Instant::now();
@@ -117,7 +120,7 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
             let lease = (free > 0).then(|| LeaseRequest {
                 // The lease outlasts one attempt, so no other instance takes the event while it
                 // is sent.
-                lease_ms: millis(settings.timeout) + 5_000,
+                lease_ms,
                 lease_id: uuid::Uuid::new_v4().simple().to_string(),
                 per_shop: settings.per_shop as i64,
                 limit: free as i64,
@@ -130,6 +133,7 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
             match store.settle_and_lease(ended.clone(), lease).await {
                 Ok(Turn { events, failing }) => {
                     ended.clear();
+                    last_settled = tokio::time::Instant::now();
                     disable_failing(&store, &settings, failing).await;
                     full_batch = free > 0 && events.len() == free;
                     // Each shop read once per turn, not once per event.
@@ -154,7 +158,19 @@ pub fn spawn(store: Store, settings: DeliverySettings, wake: Arc<Notify>) -> Joi
                         });
                     }
                 }
-                Err(error) => tracing::warn!(%error, "a webhook delivery turn failed"),
+                Err(error) => {
+                    tracing::warn!(%error, "a webhook delivery turn failed");
+                    // Their leases have lapsed: their events are sent again whoever leases them
+                    // (at least once). Held longer, an outcome no turn can record would keep
+                    // its send slot, and in the end every slot, for ever.
+                    if last_settled.elapsed() > Duration::from_millis(lease_ms.unsigned_abs()) {
+                        tracing::warn!(
+                            attempts = ended.len(),
+                            "attempts not recorded within their lease are let go"
+                        );
+                        ended.clear();
+                    }
+                }
             }
             if full_batch {
                 // More may be due: look again as soon as a slot frees.

@@ -33,6 +33,7 @@ checkout_testkit::on_both_databases!(
     an_endpoint_takes_only_its_types_and_a_test_event_always,
     an_endpoint_failing_too_long_is_disabled_told_and_enabled_again,
     the_signing_secret_is_rolled_through_the_api_with_an_overlap,
+    an_attempt_at_an_event_that_is_gone_does_not_stop_the_sender,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1159,4 +1160,36 @@ async fn the_signing_secret_is_rolled_through_the_api_with_an_overlap(backend: B
         .unwrap()
         .verify(got[1].body.as_bytes(), &got[1].headers)
         .unwrap();
+}
+
+/// An attempt ends for an event whose row is gone meanwhile: what asynchronous replication does
+/// to an event written just before the primary was lost (the failover campaign lost half its
+/// events so: the attempt's record, refused by the database, failed every later turn of the
+/// sender, and nothing more was delivered). The sender records what it can and goes on.
+async fn an_attempt_at_an_event_that_is_gone_does_not_stop_the_sender(backend: Backend) {
+    let w = world(backend).await;
+    // The first attempt is held until the sender gives up (the timeout, 300 ms).
+    w.receiver.answer(vec![Answer::Never], Answer::Status(200));
+    pay(&w, "ORD-GONE", 5_000).await;
+    let held = w.receiver.wait_for(1, WITHIN).await;
+    let gone = held[0].webhook_id.clone();
+    // While it is held, the event's row vanishes, as a change lost with a primary does.
+    w.db.execute(&format!(
+        "DELETE FROM webhook_events WHERE event_id = '{gone}'"
+    ))
+    .await;
+    // The attempt ends (no answer within the timeout): from now on every turn of the sender
+    // holds its outcome to record.
+    support::wait_until("the held attempt never ended", WITHIN, || async {
+        w.server
+            .log()
+            .contains("webhook attempt failed; will retry")
+    })
+    .await;
+
+    pay(&w, "ORD-AFTER", 6_000).await;
+    let got = w.receiver.wait_for(2, WITHIN).await;
+    let after = body(&got[1]);
+    assert_eq!(after["data"]["order_id"], "ORD-AFTER", "{got:?}");
+    assert!(got.iter().skip(1).all(|d| d.webhook_id != gone));
 }
