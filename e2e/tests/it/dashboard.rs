@@ -39,10 +39,25 @@ async fn go(c: &Checkout, path: &str) {
         .unwrap();
 }
 
-/// Submits the form `css` by its button, and waits for the page it leads to.
+/// Submits the form `css` by its button, and waits for the page it leads to: a new page (the
+/// one left is marked, since `then` may be on it too, as a search's table is) that shows `then`.
 async fn submit(c: &Checkout, css: &str, then: &str) {
+    c.js("document.documentElement.dataset.left = 'yes'; return null;")
+        .await;
     c.click_soon(&format!("{css} button[type=submit]")).await;
-    c.wait_for(then).await;
+    let arrived = format!(
+        "return document.readyState === 'complete' && !document.documentElement.dataset.left \
+                && document.querySelector({then:?}) !== null;"
+    );
+    wait_until(
+        &format!("the page after {css} never showed {then}"),
+        browser::WAIT,
+        // Mid-navigation a script may find no document to run in: not arrived yet.
+        || async {
+            c.browser.execute(&arrived, vec![]).await.ok() == Some(serde_json::json!(true))
+        },
+    )
+    .await;
 }
 
 /// The demo shop's inbox took this event (it verified its signature first).
