@@ -230,10 +230,6 @@ impl MemoryStore {
         MemoryStore::builder(engine).build()
     }
 
-    pub fn engine(&self) -> Engine {
-        self.shared.engine
-    }
-
     fn tables(&self) -> MutexGuard<'_, Tables> {
         self.shared.tables()
     }
@@ -251,12 +247,6 @@ impl MemoryStore {
     /// Every effect committed, in the order they were made.
     pub fn effects(&self) -> Vec<Effect> {
         self.tables().effects.clone()
-    }
-
-    /// Whether a transaction holds the key's row (or, on SQLite, the one write lock).
-    pub fn is_key_held(&self, scope: &str, key: &str) -> bool {
-        let tables = self.tables();
-        tables.row_locks.contains_key(&key_id(scope, key)) || tables.writer.is_some()
     }
 
     /// The sweeper: deletes the keys created before `created_before_ms` that no transaction

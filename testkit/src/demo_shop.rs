@@ -1,7 +1,7 @@
 //! A real `demo-shop` process: its storefront, back office, inbox and database.
 
 use reqwest::StatusCode;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 
 use crate::*;
@@ -73,14 +73,8 @@ impl DemoShop {
             .env("CHECKOUT_URL", format!("{checkout_base}/"))
             .env("SHOP_CREDENTIALS_FILE", credentials_file)
             .env("SHOP_STAFF_PASSWORD_HASH", STAFF_PASSWORD_HASH)
-            .env("RUST_LOG", "info,sqlx=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let Listening { child, log, addr } = listening(command, "demo-shop").await;
+            .env("RUST_LOG", "info,sqlx=warn");
+        let Listening { child, log, addr } = listening(command, env, "demo-shop").await;
         DemoShop {
             base: format!("http://{addr}"),
             database,

@@ -4,7 +4,7 @@
 //! none without its payment).
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,14 +35,8 @@ impl Consumer {
             .env("RECEIPTS_AMQP_URL", amqp_url)
             .env("RECEIPTS_DATABASE_URL", database_url)
             .env("RECEIPTS_ADDR", "127.0.0.1:0")
-            .env("RUST_LOG", "info,sqlx=warn,lapin=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let Listening { child, log, addr } = listening(command, "receipts").await;
+            .env("RUST_LOG", "info,sqlx=warn,lapin=warn");
+        let Listening { child, log, addr } = listening(command, env, "receipts").await;
         Consumer {
             base: format!("http://{addr}"),
             token,

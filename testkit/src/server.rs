@@ -60,14 +60,8 @@ impl Server {
                 "CHECKOUT_MAIL_FROM",
                 format!("Оплата заказов <{mail_from}>"),
             )
-            .env("RUST_LOG", "info,sqlx=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let Listening { child, log, addr } = listening(command, "checkout-server").await;
+            .env("RUST_LOG", "info,sqlx=warn");
+        let Listening { child, log, addr } = listening(command, env, "checkout-server").await;
         Server {
             base: format!("http://{addr}"),
             mail_from,
@@ -292,8 +286,16 @@ pub(crate) struct Listening {
     pub(crate) addr: String,
 }
 
-/// Spawns `command` and waits for its `listening on http://ADDR` line.
-pub(crate) async fn listening(mut command: Command, what: &str) -> Listening {
+/// Spawns `command` with `env` on top of its settings, its output piped into its log, and
+/// waits for its `listening on http://ADDR` line.
+pub(crate) async fn listening(mut command: Command, env: &[(&str, &str)], what: &str) -> Listening {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
     let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("{what} starts: {e}"));
