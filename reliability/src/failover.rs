@@ -780,6 +780,21 @@ pub async fn run(plan: &FailoverPlan, server_bin: &str, receipts_bin: &str) -> F
     }
     report.idle = Some(idle);
     report.under_load = Some(under_load);
+    if report.events_undelivered > 0 {
+        // What the senders said last, for whoever reads the failure.
+        for (i, server) in servers.iter().enumerate() {
+            let log = server.log();
+            let said: Vec<&str> = log
+                .lines()
+                .filter(|line| line.contains("webhook") || line.contains("slow statement"))
+                .collect();
+            report.violations.push(format!(
+                "instance {i} delivered {}, its last words on delivery: {:?}",
+                log.matches("webhook delivered").count(),
+                &said[said.len().saturating_sub(3)..]
+            ));
+        }
+    }
     drop(servers);
     report
 }
