@@ -1264,3 +1264,49 @@ async fn a_claim_reads_a_backlog_once_whatever_the_planner_believes() {
         plan.join("\n")
     );
 }
+
+/// PostgreSQL: an idle sender only reads. Each turn with nothing ended asks whether anything is
+/// due, a read outside any transaction, and leases only when something is: no `BEGIN`, no claim,
+/// no `COMMIT` while the outbox is empty (a write transaction per poll, per instance, would be
+/// three round trips and a lock on the queue's rows, twenty times a second, for nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_sender_takes_no_write_transaction() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let logs = [
+        FAST.as_slice(),
+        &[("RUST_LOG", "info,sqlx=warn,sqlx::query=debug")],
+    ]
+    .concat();
+    let server = Server::start_with(SERVER, &db, &logs).await;
+    let receiver = Receiver::start().await;
+    server
+        .add_shop_with_webhook("Лавка в тишине", &receiver.url)
+        .await;
+    let looks = |log: &str| log.matches("AS due FROM webhook_events").count();
+    let claims = |log: &str| log.matches("summary=\"WITH ranked").count();
+    // Each turn either looks (a read) or claims (a write transaction).
+    let turns = |log: &str| looks(log) + claims(log);
+    let before = server.log();
+    // The sender turns every 10 ms: fifty turns, and not one claim among them.
+    support::wait_until("the sender took fifty turns", WITHIN, || async {
+        turns(&server.log()) >= turns(&before) + 50
+    })
+    .await;
+    let after = server.log();
+    assert_eq!(claims(&after), claims(&before), "an idle sender claimed");
+    let planner = |log: &str| log.matches("set_config('enable_nestloop'").count();
+    assert_eq!(planner(&after), planner(&before));
+
+    // And the first event is leased at once.
+    let shopper = server.api().shopper().await;
+    let shop = server
+        .add_shop_with_webhook("Лавка с событием", &receiver.url)
+        .await;
+    let body = shop.checkout("ORD-IDLE", 1_000).await;
+    assert_eq!(
+        shopper.pay(&new_key(), &body).await.status,
+        StatusCode::CREATED
+    );
+    receiver.wait_for(1, WITHIN).await;
+    assert!(claims(&server.log()) > claims(&after));
+}
