@@ -74,7 +74,9 @@ impl DemoShop {
             .env("SHOP_CREDENTIALS_FILE", credentials_file)
             .env("SHOP_STAFF_PASSWORD_HASH", STAFF_PASSWORD_HASH)
             .env("RUST_LOG", "info,sqlx=warn");
-        let Listening { child, log, addr } = listening(command, env, "demo-shop").await;
+        let Listening {
+            child, log, addr, ..
+        } = listening(command, env, "demo-shop").await;
         DemoShop {
             base: format!("http://{addr}"),
             database,

@@ -36,7 +36,9 @@ impl Consumer {
             .env("RECEIPTS_DATABASE_URL", database_url)
             .env("RECEIPTS_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "info,sqlx=warn,lapin=warn");
-        let Listening { child, log, addr } = listening(command, env, "receipts").await;
+        let Listening {
+            child, log, addr, ..
+        } = listening(command, env, "receipts").await;
         Consumer {
             base: format!("http://{addr}"),
             token,

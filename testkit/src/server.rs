@@ -19,6 +19,7 @@ pub struct Server {
     pub(crate) database_url: String,
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
+    drained: mpsc::Receiver<()>,
 }
 
 impl Server {
@@ -61,7 +62,12 @@ impl Server {
                 format!("Оплата заказов <{mail_from}>"),
             )
             .env("RUST_LOG", "info,sqlx=warn");
-        let Listening { child, log, addr } = listening(command, env, "checkout-server").await;
+        let Listening {
+            child,
+            log,
+            addr,
+            drained,
+        } = listening(command, env, "checkout-server").await;
         Server {
             base: format!("http://{addr}"),
             mail_from,
@@ -69,6 +75,7 @@ impl Server {
             database_url: db.url.clone(),
             child,
             log,
+            drained,
         }
     }
 
@@ -80,11 +87,25 @@ impl Server {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.wait_for_last_words();
+    }
+
+    /// Once the process has ended: until its log holds every line it wrote (the pipes' readers
+    /// reach their end a moment after the exit; a test reading the log at once missed the
+    /// last line, "stopped").
+    fn wait_for_last_words(&self) {
+        for _ in 0..2 {
+            if self.drained.recv_timeout(Duration::from_secs(5)).is_err() {
+                break;
+            }
+        }
     }
 
     /// The exit status, once the process has ended by itself (`None` while it runs).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        let status = self.child.try_wait().ok().flatten()?;
+        self.wait_for_last_words();
+        Some(status)
     }
 
     /// SIGTERM, then the exit status once it has stopped.
@@ -93,7 +114,9 @@ impl Server {
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap();
-        self.child.wait().unwrap()
+        let status = self.child.wait().unwrap();
+        self.wait_for_last_words();
+        status
     }
 
     pub fn log(&self) -> String {
@@ -284,6 +307,8 @@ pub(crate) struct Listening {
     pub(crate) child: Child,
     pub(crate) log: Arc<Mutex<Vec<String>>>,
     pub(crate) addr: String,
+    /// A message from each pipe's reader once it has read the pipe to its end.
+    pub(crate) drained: mpsc::Receiver<()>,
 }
 
 /// Spawns `command` with `env` on top of its settings, its output piped into its log, and
@@ -301,11 +326,12 @@ pub(crate) async fn listening(mut command: Command, env: &[(&str, &str)], what: 
         .unwrap_or_else(|e| panic!("{what} starts: {e}"));
     let log = Arc::new(Mutex::new(Vec::new()));
     let (addr_tx, addr_rx) = mpsc::channel();
+    let (drained_tx, drained) = mpsc::channel();
     for stream in [
         Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
         Box::new(child.stderr.take().unwrap()),
     ] {
-        let (log, addr_tx) = (log.clone(), addr_tx.clone());
+        let (log, addr_tx, drained_tx) = (log.clone(), addr_tx.clone(), drained_tx.clone());
         // Keep draining the pipe for the server's whole life, or it would block on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stream).lines().map_while(Result::ok) {
@@ -320,6 +346,7 @@ pub(crate) async fn listening(mut command: Command, env: &[(&str, &str)], what: 
                 }
                 log.push(line);
             }
+            let _ = drained_tx.send(());
         });
     }
     // Only the readers hold a sender now: a server that exits ends the wait at once.
@@ -335,7 +362,12 @@ pub(crate) async fn listening(mut command: Command, env: &[(&str, &str)], what: 
             log.lock().unwrap().join("\n")
         ),
     };
-    Listening { child, log, addr }
+    Listening {
+        child,
+        log,
+        addr,
+        drained,
+    }
 }
 
 impl Drop for Server {
