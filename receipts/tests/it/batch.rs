@@ -5,7 +5,8 @@
 //! refused with that receipt's id; a message id reused with another body is told apart; a
 //! message whose inbox row has expired runs afresh, and its payment's receipt still refuses a
 //! second one. The receipts and the inbox are then what the books say. A batch whose
-//! transaction fails commits nothing of itself, and each of its messages then runs alone.
+//! transaction fails commits nothing of itself, and each of its messages then runs alone. Two
+//! consumers racing for one message (PostgreSQL) issue one receipt.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -205,4 +206,86 @@ async fn a_failed_batch_commits_nothing_and_each_message_runs_alone(backend: Bac
     let again = batch(&store, &protocol, &messages).await;
     assert_eq!(again, ["replayed 201", "replayed 201", "replayed 201"]);
     assert_eq!(store.totals().await.unwrap().income, 3);
+}
+
+/// Holds the first transaction that reaches its commit until told, and says when it got there.
+#[derive(Default)]
+struct HoldFirstCommit {
+    arrived: tokio::sync::Notify,
+    release: Arc<tokio::sync::Notify>,
+    commits: AtomicUsize,
+}
+
+impl Hooks for HoldFirstCommit {
+    fn before_commit(&self, _scope: &str, _key: &str) -> HookFuture {
+        if self.commits.fetch_add(1, Ordering::SeqCst) > 0 {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        self.arrived.notify_one();
+        let release = self.release.clone();
+        Box::pin(async move {
+            release.notified().await;
+            Ok(())
+        })
+    }
+}
+
+/// PostgreSQL: two consumers' batches share a message (a redelivery racing its first copy).
+/// The second's claim of it waits on the first's uncommitted inbox row; the first commits, and
+/// the second finds the message taken and replays the first's answer while its other message
+/// runs. One receipt per payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_consumers_racing_for_a_message_issue_one_receipt() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = Store::open(&db.url).await.expect("the store opens");
+    let first_hooks = Arc::new(HoldFirstCommit::default());
+    let first = Protocol::new(INBOX_TTL).with_hooks(first_hooks.clone());
+    let second = Protocol::new(INBOX_TTL);
+
+    let shared = ("evt_shared", payment("pay_shared", 1_000));
+    let first_run = {
+        let (store, shared) = (store.clone(), shared.clone());
+        tokio::spawn(async move {
+            let messages = [(shared.0, shared.1)];
+            batch(&store, &first, &messages).await
+        })
+    };
+    first_hooks.arrived.notified().await;
+    let second_run = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let messages = [shared, ("evt_second", payment("pay_second", 2_000))];
+            batch(&store, &second, &messages).await
+        })
+    };
+    // The second batch's claim waits on the first's inbox row.
+    checkout_testkit::wait_until(
+        "the second batch never waited for the first",
+        std::time::Duration::from_secs(10),
+        || async {
+            db.scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+    first_hooks.release.notify_one();
+
+    assert_eq!(first_run.await.unwrap(), ["executed 201"]);
+    // Had the second claimed the message as new, its receipt would be refused (409) as the
+    // payment's second: it replays the first consumer's answer instead.
+    assert_eq!(
+        second_run.await.unwrap(),
+        ["replayed 201", "executed 201"],
+        "the shared message replays the first consumer's answer"
+    );
+    let totals = store.totals().await.unwrap();
+    assert_eq!((totals.income, totals.net), (2, 3_000));
+    assert_eq!(
+        inbox(&db).await,
+        ["evt_second done 201", "evt_shared done 201"]
+    );
 }
