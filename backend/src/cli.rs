@@ -240,6 +240,7 @@ fn shop_roll_webhook_secret(
             shop_id,
             mode.livemode(),
             overlap,
+            crate::operations::endpoints::By::Operator,
         )
         .await
         .map_err(|e| e.to_string())?;

@@ -28,7 +28,11 @@ use crate::store::endpoints::EndpointRow;
 /// The longest overlap of a rolled signing secret: a week.
 const MAX_OVERLAP_SECS: u64 = 7 * 24 * 3600;
 
-async fn shop_of(app: &AppState, principal: &Principal) -> Result<ShopRow, OperationError> {
+/// The shop (of the key's mode) whose secret key made the request.
+pub(crate) async fn shop_of(
+    app: &AppState,
+    principal: &Principal,
+) -> Result<ShopRow, OperationError> {
     let shop = principal.as_shop()?;
     app.store
         .shop_of_account(&shop.account_id)
@@ -87,7 +91,7 @@ pub async fn get(
 #[utoipa::path(
     post, path = "/api/webhook-endpoint", operation_id = "update_webhook_endpoint", tag = "events",
     summary = "Change the endpoint: its URL, the event types it takes, disabled or enabled",
-    description = "Each field given is set; the others stay. Setting the same values again changes nothing, so a retry is safe. Enabling a disabled endpoint sends it what it missed.",
+    description = "Each field given is set; the others stay. A request with one bad field changes nothing. Setting the same values again changes nothing, so a retry is safe. Enabling a disabled endpoint sends it what it missed. Every change is in the shop's audit log (by \"API-ключ\"), written with it.",
     request_body = UpdateWebhookEndpoint,
     responses(
         (status = 200, description = "The endpoint now", body = checkout_shared::WebhookEndpoint),
@@ -103,32 +107,18 @@ pub async fn update(
     body: JsonBody<UpdateWebhookEndpoint>,
 ) -> Result<Json<WebhookEndpoint>, OperationError> {
     let shop = shop_of(&app, &principal).await?;
-    let change = body.value;
-    if let Some(types) = &change.event_types {
-        endpoints::set_event_types(&app.store, &shop.shop_id, shop.livemode, types).await?;
-    }
-    if let Some(url) = &change.url {
-        let url = Some(url.trim()).filter(|u| !u.is_empty());
-        shops::set_webhook_url(&app.store, &shop.shop_id, Some(shop.livemode), url)
-            .await
-            .map_err(shop_error)?;
-    }
-    match change.enabled {
-        Some(false) => {
-            endpoints::disable(
-                &app.store,
-                &shop.account_id,
-                "disabled by the shop",
-                None,
-                By::ApiKey,
-            )
-            .await?;
-        }
-        Some(true) => {
-            endpoints::enable(&app.store, &shop.shop_id, shop.livemode, By::ApiKey).await?;
-        }
-        None => {}
-    }
+    let asked = body.value;
+    let change = endpoints::Change {
+        url: asked
+            .url
+            .as_deref()
+            .map(|url| Some(url.trim()).filter(|u| !u.is_empty())),
+        event_types: asked.event_types.as_deref(),
+        enabled: asked.enabled,
+    };
+    endpoints::change(&app.store, &shop, change, By::ApiKey)
+        .await
+        .map_err(shop_error)?;
     app.deliveries.notify_one();
     let endpoint = endpoints::get(&app.store, &shop.shop_id, shop.livemode).await?;
     Ok(Json(view(endpoint)))
@@ -165,6 +155,7 @@ pub async fn roll_secret(
         &shop.shop_id,
         shop.livemode,
         Duration::from_secs(overlap),
+        By::ApiKey,
     )
     .await
     .map_err(shop_error)?;
@@ -191,7 +182,7 @@ pub async fn test_event(
     principal: Principal,
 ) -> Result<(StatusCode, Json<TestEventSent>), OperationError> {
     let shop = shop_of(&app, &principal).await?;
-    let event_id = endpoints::send_test(&app.store, &shop.account_id, shop.livemode).await?;
+    let event_id = endpoints::send_test(&app.store, &shop, By::ApiKey).await?;
     app.deliveries.notify_one();
     Ok((StatusCode::ACCEPTED, Json(TestEventSent { event_id })))
 }

@@ -9,8 +9,10 @@ use checkout_shared::{EventList, EventRecovery, EventView, EventsRecovered};
 use serde::Deserialize;
 
 use crate::api::AppState;
+use crate::api::endpoints::shop_of;
 use crate::api::extract::{EventIdPath, JsonBody};
 use crate::operations::authentication::Principal;
+use crate::operations::endpoints::{self, By};
 use crate::operations::error::OperationError;
 use crate::operations::events::view;
 
@@ -138,10 +140,8 @@ pub async fn redeliver(
     principal: Principal,
     EventIdPath(event_id): EventIdPath,
 ) -> Result<(StatusCode, Json<EventView>), OperationError> {
-    let shop = principal.as_shop()?;
-    let row = app
-        .store
-        .redeliver_event(&shop.account_id, &event_id)
+    let shop = shop_of(&app, &principal).await?;
+    let row = endpoints::redeliver(&app.store, &shop, &event_id, By::ApiKey)
         .await?
         .ok_or_else(not_found)?;
     app.deliveries.notify_one();
@@ -169,7 +169,7 @@ pub async fn recover(
     principal: Principal,
     body: JsonBody<EventRecovery>,
 ) -> Result<(StatusCode, Json<EventsRecovered>), OperationError> {
-    let shop = principal.as_shop()?;
+    let shop = shop_of(&app, &principal).await?;
     let request = body.value;
     let since_ms = crate::clock::parse_rfc3339(&request.since).ok_or_else(|| {
         OperationError::InvalidRequest(format!(
@@ -177,10 +177,14 @@ pub async fn recover(
             request.since
         ))
     })?;
-    let recovered = app
-        .store
-        .recover_events(&shop.account_id, since_ms, request.include_delivered)
-        .await?;
+    let recovered = endpoints::recover(
+        &app.store,
+        &shop,
+        since_ms,
+        request.include_delivered,
+        By::ApiKey,
+    )
+    .await?;
     app.deliveries.notify_one();
     Ok((
         StatusCode::ACCEPTED,

@@ -1,5 +1,6 @@
 //! A shop's webhook endpoint of one mode, as its owner controls it (the dashboard, the API):
-//! which event types it takes, a test event, disabling and enabling it. And the checkout's own
+//! its URL and the event types it takes, a test event, disabling and enabling it, events sent
+//! again; each change in one transaction with its audit line. And the checkout's own
 //! rule: an endpoint that has failed for days without one success is disabled, the shop told by
 //! an event in its list and a mail to its owners; enabled again, it gets what it missed.
 
@@ -9,34 +10,39 @@ use crate::clock;
 use crate::mail::Mailer;
 use crate::operations::error::OperationError;
 use crate::operations::events::{self, SHOP_EVENT_TYPES};
+use crate::operations::shops::{ShopError, validate_webhook_url};
 use crate::operations::staff::Member;
 use crate::store::endpoints::EndpointRow;
+use crate::store::events::EventRow;
 use crate::store::staff::NewAudit;
-use crate::store::{Store, StoreError};
+use crate::store::{ShopRow, Store, StoreError, Tx};
 
 /// Failing this long without a success disables an endpoint (Svix's rule: five days).
 pub const DISABLE_AFTER: Duration = Duration::from_secs(5 * 24 * 3600);
 
-/// Who disables or enables an endpoint: a member of its shop, its API key, or the checkout.
+/// Who changes an endpoint or its deliveries, as its audit line names them: a member of the
+/// shop, its API key, the operator (the command line), or the checkout itself.
 pub enum By<'a> {
     Member(&'a Member),
     ApiKey,
+    Operator,
     Checkout,
 }
 
 impl By<'_> {
     /// Who, as the audit log names it: a member's id (if a member) and a name.
-    fn actor(&self) -> (Option<String>, String) {
+    pub(crate) fn actor(&self) -> (Option<String>, String) {
         match self {
             By::Member(member) => (Some(member.staff_id.clone()), member.email.clone()),
             By::ApiKey => (None, "API-ключ".into()),
+            By::Operator => (None, "оператор".into()),
             By::Checkout => (None, "касса".into()),
         }
     }
 }
 
 /// An audit line of `actor`'s, now.
-fn audit<'a>(
+pub(crate) fn audit<'a>(
     (staff_id, email): &'a (Option<String>, String),
     shop_id: &'a str,
     action: &'a str,
@@ -64,45 +70,187 @@ pub async fn get(
         .ok_or_else(|| OperationError::NotFound("no such shop".into()))
 }
 
-/// The types the endpoint takes (none: every type); each must be one a shop hears.
-pub async fn set_event_types(
+/// A change to a shop's endpoint of one mode: each field given is set, the others stay.
+#[derive(Default)]
+pub struct Change<'a> {
+    /// The URL events go to; `Some(None)`: none (events wait as `no_endpoint`).
+    pub url: Option<Option<&'a str>>,
+    /// The types it takes; empty: every type.
+    pub event_types: Option<&'a [String]>,
+    pub enabled: Option<bool>,
+}
+
+/// Makes `change` whole or not at all: every field is checked before anything is written, then
+/// one transaction sets each part with its audit line (and, when it disables the endpoint, the
+/// alert event). Setting what is already set writes nothing but the audit line of the setting.
+pub async fn change(
     store: &Store,
-    shop_id: &str,
-    livemode: bool,
-    types: &[String],
-) -> Result<(), OperationError> {
+    shop: &ShopRow,
+    change: Change<'_>,
+    by: By<'_>,
+) -> Result<(), ShopError> {
+    if let Some(Some(url)) = change.url {
+        validate_webhook_url(url)?;
+    }
+    let types = change.event_types.map(known_types).transpose()?;
+    let (shop_id, account_id, livemode) =
+        (shop.shop_id.clone(), shop.account_id.clone(), shop.livemode);
+    let url = change.url.map(|u| u.map(str::to_owned));
+    let enabled = change.enabled;
+    let actor = by.actor();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                if let Some(url) = &url
+                    && !tx
+                        .set_webhook_url(&shop_id, livemode, url.as_deref())
+                        .await?
+                {
+                    return Ok(Err(ShopError::UnknownShop(shop_id)));
+                }
+                if let Some(types) = &types {
+                    tx.set_event_types(&shop_id, livemode, types).await?;
+                }
+                if url.is_some() || types.is_some() {
+                    let subject = setting(livemode, url.as_ref(), types.as_deref());
+                    tx.audit(&audit(&actor, &shop_id, "endpoint.set", &subject))
+                        .await?;
+                }
+                match enabled {
+                    Some(false) => {
+                        disable_in(tx, &account_id, "disabled by the shop", 0, &actor).await?;
+                    }
+                    Some(true) if tx.enable_endpoint(&account_id).await? => {
+                        tx.audit(&audit(&actor, &shop_id, "endpoint.enabled", mode(livemode)))
+                            .await?;
+                    }
+                    _ => {}
+                }
+                Ok(Ok(()))
+            })
+        })
+        .await?
+}
+
+/// The types asked for, known, sorted, once each; every type chosen is written as "every
+/// type", so that new kinds of events reach the endpoint too.
+fn known_types(types: &[String]) -> Result<Vec<String>, ShopError> {
     if let Some(unknown) = types
         .iter()
         .find(|t| !SHOP_EVENT_TYPES.contains(&t.as_str()))
     {
-        return Err(OperationError::InvalidRequest(format!(
-            "unknown event type {unknown}: one of {}",
-            SHOP_EVENT_TYPES.join(", ")
-        )));
+        return Err(ShopError::EventType(unknown.clone()));
     }
     let mut types = types.to_vec();
     types.sort();
     types.dedup();
-    store.set_event_types(shop_id, livemode, &types).await?;
-    Ok(())
+    if types.len() == SHOP_EVENT_TYPES.len() {
+        types.clear();
+    }
+    Ok(types)
+}
+
+/// What an `endpoint.set` line says was set: `test: https://… [refund.succeeded]`.
+fn setting(livemode: bool, url: Option<&Option<String>>, types: Option<&[String]>) -> String {
+    let mut subject = format!("{}:", mode(livemode));
+    if let Some(url) = url {
+        subject.push(' ');
+        subject.push_str(url.as_deref().unwrap_or("—"));
+    }
+    if let Some(types) = types {
+        let types = if types.is_empty() {
+            "*".to_owned()
+        } else {
+            types.join(",")
+        };
+        subject.push_str(&format!(" [{types}]"));
+    }
+    subject
+}
+
+fn mode(livemode: bool) -> &'static str {
+    if livemode { "live" } else { "test" }
 }
 
 /// Sends a test event to the endpoint (through the outbox, signed, its attempts recorded, as any
-/// event): its id. Without an enabled endpoint it waits as `no_endpoint`.
-pub async fn send_test(
-    store: &Store,
-    account_id: &str,
-    livemode: bool,
-) -> Result<String, OperationError> {
-    let account_id = account_id.to_owned();
-    let event_id = store
+/// event), with its audit line: its id. Without an enabled endpoint it waits as `no_endpoint`.
+pub async fn send_test(store: &Store, shop: &ShopRow, by: By<'_>) -> Result<String, StoreError> {
+    let (shop_id, account_id, livemode) =
+        (shop.shop_id.clone(), shop.account_id.clone(), shop.livemode);
+    let actor = by.actor();
+    store
         .write(move |tx| {
             Box::pin(async move {
-                events::webhook_test(tx, &account_id, livemode, clock::now_ms()).await
+                let event_id =
+                    events::webhook_test(tx, &account_id, livemode, clock::now_ms()).await?;
+                tx.audit(&audit(&actor, &shop_id, "endpoint.tested", &event_id))
+                    .await?;
+                Ok(event_id)
             })
         })
-        .await?;
-    Ok(event_id)
+        .await
+}
+
+/// Sends one of the shop's events again, now and on a fresh schedule, with its audit line: the
+/// event as queued, or `None` if the shop has no such event.
+pub async fn redeliver(
+    store: &Store,
+    shop: &ShopRow,
+    event_id: &str,
+    by: By<'_>,
+) -> Result<Option<EventRow>, StoreError> {
+    let (shop_id, account_id, event_id) = (
+        shop.shop_id.clone(),
+        shop.account_id.clone(),
+        event_id.to_owned(),
+    );
+    let actor = by.actor();
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let Some(event) = tx.redeliver_event(&account_id, &event_id).await? else {
+                    return Ok(None);
+                };
+                tx.audit(&audit(&actor, &shop_id, "event.redelivered", &event_id))
+                    .await?;
+                Ok(Some(event))
+            })
+        })
+        .await
+}
+
+/// Sends again every event of the shop made since `since_ms` that it never received (and with
+/// `include_delivered`, those it did), with the audit line: how many.
+pub async fn recover(
+    store: &Store,
+    shop: &ShopRow,
+    since_ms: i64,
+    include_delivered: bool,
+    by: By<'_>,
+) -> Result<u64, StoreError> {
+    let (shop_id, account_id) = (shop.shop_id.clone(), shop.account_id.clone());
+    let actor = by.actor();
+    let subject = format!(
+        "since {}{}",
+        clock::rfc3339(since_ms),
+        if include_delivered {
+            ", delivered too"
+        } else {
+            ""
+        }
+    );
+    store
+        .write(move |tx| {
+            Box::pin(async move {
+                let recovered = tx
+                    .recover_events(&account_id, since_ms, include_delivered)
+                    .await?;
+                tx.audit(&audit(&actor, &shop_id, "events.recovered", &subject))
+                    .await?;
+                Ok(recovered)
+            })
+        })
+        .await
 }
 
 /// Disables the endpoint (given `failing_for`, only if it has been failing that long), in one
@@ -117,55 +265,39 @@ pub async fn disable(
 ) -> Result<Option<EndpointRow>, StoreError> {
     let (account_id, reason) = (account_id.to_owned(), reason.to_owned());
     let failing_for_ms = failing_for.map_or(0, |d| d.as_millis().max(1) as i64);
-    let subject = reason.clone();
     let actor = by.actor();
     store
         .write(move |tx| {
-            Box::pin(async move {
-                let Some(endpoint) = tx
-                    .disable_endpoint(&account_id, &reason, failing_for_ms)
-                    .await?
-                else {
-                    return Ok(None);
-                };
-                events::endpoint_disabled(tx, &endpoint, clock::now_ms()).await?;
-                tx.audit(&audit(
-                    &actor,
-                    &endpoint.shop_id,
-                    "endpoint.disabled",
-                    &subject,
-                ))
-                .await?;
-                Ok(Some(endpoint))
-            })
+            Box::pin(
+                async move { disable_in(tx, &account_id, &reason, failing_for_ms, &actor).await },
+            )
         })
         .await
 }
 
-/// Enables the endpoint again: what it missed meanwhile goes to it now. `false`: it was not
-/// disabled.
-pub async fn enable(
-    store: &Store,
-    shop_id: &str,
-    livemode: bool,
-    by: By<'_>,
-) -> Result<bool, OperationError> {
-    let endpoint = get(store, shop_id, livemode).await?;
-    let (shop_id, actor) = (shop_id.to_owned(), by.actor());
-    let enabled = store
-        .write(move |tx| {
-            Box::pin(async move {
-                let enabled = tx.enable_endpoint(&endpoint.account_id).await?;
-                if enabled {
-                    let mode = if livemode { "live" } else { "test" };
-                    tx.audit(&audit(&actor, &shop_id, "endpoint.enabled", mode))
-                        .await?;
-                }
-                Ok(enabled)
-            })
-        })
-        .await?;
-    Ok(enabled)
+/// [`disable`] inside a transaction.
+async fn disable_in(
+    tx: &mut Tx,
+    account_id: &str,
+    reason: &str,
+    failing_for_ms: i64,
+    actor: &(Option<String>, String),
+) -> Result<Option<EndpointRow>, StoreError> {
+    let Some(endpoint) = tx
+        .disable_endpoint(account_id, reason, failing_for_ms)
+        .await?
+    else {
+        return Ok(None);
+    };
+    events::endpoint_disabled(tx, &endpoint, clock::now_ms()).await?;
+    tx.audit(&audit(
+        actor,
+        &endpoint.shop_id,
+        "endpoint.disabled",
+        reason,
+    ))
+    .await?;
+    Ok(Some(endpoint))
 }
 
 /// Tells the shop's owners by mail that the checkout disabled its endpoint.

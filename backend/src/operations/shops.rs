@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::clock;
 use crate::ids;
 use crate::operations::authentication::{DEFAULT_CURRENCY, new_secret, token_hash};
+use crate::operations::endpoints::{By, audit};
 use crate::operations::urls;
 use crate::store::{AccountKind, ShopRow, Store, StoreError};
 
@@ -53,6 +54,8 @@ pub enum ShopError {
     WebhookUrl(String),
     #[error("an origin must be an https origin (http only on a loopback address), no path: {0}")]
     Origin(String),
+    #[error("unknown event type {0}: one of {types}", types = crate::operations::events::SHOP_EVENT_TYPES.join(", "))]
+    EventType(String),
     #[error("there is no shop {0}")]
     UnknownShop(String),
     #[error("cannot hand over the shop's credentials: {0}")]
@@ -172,16 +175,29 @@ pub async fn roll_signing_secret(
     shop_id: &str,
     livemode: bool,
     overlap: Duration,
+    by: By<'_>,
 ) -> Result<(String, Option<i64>), ShopError> {
     let secret = new_signing_secret();
     let old_until =
         (!overlap.is_zero()).then(|| clock::now_ms().saturating_add(overlap.as_millis() as i64));
     let (shop_id, written) = (shop_id.to_owned(), secret.clone());
+    let subject = format!(
+        "{}: overlap {} s",
+        if livemode { "live" } else { "test" },
+        overlap.as_secs()
+    );
+    let actor = by.actor();
     let rolled = store
         .write(move |tx| {
             Box::pin(async move {
-                tx.roll_signing_secret(&shop_id, livemode, &written, old_until)
-                    .await
+                let rolled = tx
+                    .roll_signing_secret(&shop_id, livemode, &written, old_until)
+                    .await?;
+                if rolled {
+                    let line = audit(&actor, &shop_id, "signing_secret.rolled", &subject);
+                    tx.audit(&line).await?;
+                }
+                Ok(rolled)
             })
         })
         .await?;

@@ -117,35 +117,29 @@ impl Store {
             .await?;
         Ok(rows.into_iter().next())
     }
+}
 
+impl Tx {
     /// Sets the types the endpoint takes (none: every type); `false`: no such shop.
     pub async fn set_event_types(
-        &self,
+        &mut self,
         shop_id: &str,
         livemode: bool,
         types: &[String],
     ) -> Result<bool, StoreError> {
-        let (shop_id, types) = (shop_id.to_owned(), written(types));
-        self.write(move |tx| {
-            Box::pin(async move {
-                let set = tx
-                    .execute(
-                        SET_EVENT_TYPES,
-                        &[
-                            Arg::Text(&shop_id),
-                            Arg::Int(livemode.into()),
-                            Arg::Text(&types),
-                        ],
-                    )
-                    .await?;
-                Ok(set == 1)
-            })
-        })
-        .await
+        let set = self
+            .execute(
+                SET_EVENT_TYPES,
+                &[
+                    Arg::Text(shop_id),
+                    Arg::Int(livemode.into()),
+                    Arg::Text(&written(types)),
+                ],
+            )
+            .await?;
+        Ok(set == 1)
     }
-}
 
-impl Tx {
     /// Notes how an attempt to the shop account's endpoint went; after a failure, since when it
     /// has been failing (`None`: it answered, or it is disabled already).
     pub async fn note_endpoint(

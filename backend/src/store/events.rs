@@ -648,56 +648,44 @@ impl Store {
             .await?;
         Ok(rows.into_iter().next())
     }
+}
 
+impl Tx {
     /// [`RECOVER_EVENTS`]: how many events are queued again.
     pub async fn recover_events(
-        &self,
+        &mut self,
         shop_account_id: &str,
         since_ms: i64,
         include_delivered: bool,
     ) -> Result<u64, StoreError> {
-        let shop = shop_account_id.to_owned();
-        self.write(move |tx| {
-            Box::pin(async move {
-                let statement = tx.template(&RECOVER_EVENTS);
-                tx.execute(
-                    statement,
-                    &[
-                        Arg::Text(&shop),
-                        Arg::Int(since_ms),
-                        Arg::Int(i64::from(include_delivered)),
-                    ],
-                )
-                .await
-            })
-        })
+        let statement = self.template(&RECOVER_EVENTS);
+        self.execute(
+            statement,
+            &[
+                Arg::Text(shop_account_id),
+                Arg::Int(since_ms),
+                Arg::Int(i64::from(include_delivered)),
+            ],
+        )
         .await
     }
 
     /// Puts one of the shop's events back in the queue with a fresh schedule: due now, or as
     /// soon as an attempt in flight has ended.
     pub async fn redeliver_event(
-        &self,
+        &mut self,
         shop_account_id: &str,
         event_id: &str,
     ) -> Result<Option<EventRow>, StoreError> {
-        let (shop, event) = (shop_account_id.to_owned(), event_id.to_owned());
-        self.write(move |tx| {
-            Box::pin(async move {
-                let statement = tx.template(&REDELIVER_EVENT);
-                tx.fetch_optional(
-                    statement,
-                    &[Arg::Text(&event), Arg::Text(&shop)],
-                    EventRow::read,
-                )
-                .await
-            })
-        })
+        let statement = self.template(&REDELIVER_EVENT);
+        self.fetch_optional(
+            statement,
+            &[Arg::Text(event_id), Arg::Text(shop_account_id)],
+            EventRow::read,
+        )
         .await
     }
-}
 
-impl Tx {
     /// Records how one attempt ended, if its lease still holds.
     async fn settle_event(&mut self, attempt: &EndedAttempt) -> Result<(), StoreError> {
         if let Some(seen) = &attempt.seen {

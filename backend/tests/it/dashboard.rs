@@ -25,6 +25,7 @@ checkout_testkit::on_every_database!(
     an_owner_invites_changes_and_removes_members,
     the_overview_draws_the_days_payments_and_refunds,
     an_owner_controls_the_endpoint_and_staff_cannot,
+    a_change_the_audit_log_cannot_record_is_not_made,
 );
 
 const PASSWORD: &str = "пароль-кабинета";
@@ -866,4 +867,152 @@ async fn an_owner_controls_the_endpoint_and_staff_cannot(backend: Backend) {
     ] {
         assert!(audit.contains(line), "{line}: {audit}");
     }
+}
+
+/// What a change to the shop's endpoint or events could alter: each mode's endpoint (URL,
+/// types, state, signing secrets), and every event's state and attempts.
+async fn endpoint_and_events(db: &TestDb) -> Vec<String> {
+    let mut state = db
+        .texts(
+            "SELECT COALESCE(webhook_url, '-') || ' ' || event_types || ' ' || signing_secret \
+                    || ' ' || COALESCE(old_signing_secret, '-') || ' ' \
+                    || COALESCE(CAST(webhook_disabled_at AS TEXT), '-') \
+               FROM shops ORDER BY shop_id, livemode",
+        )
+        .await;
+    state.extend(
+        db.texts(
+            "SELECT type || ' ' || status || ' ' || CAST(attempts AS TEXT) \
+               FROM webhook_events ORDER BY seq",
+        )
+        .await,
+    );
+    state.push(format!(
+        "{} attempts",
+        db.scalar("SELECT COUNT(*) FROM delivery_attempts").await
+    ));
+    state
+}
+
+/// Every change to a shop's endpoint and events, by a member or by the shop's key, is written
+/// with its audit line in one transaction: while the audit log refuses lines, none is made
+/// (the request fails whole), and once it takes them again, each change has its line, the
+/// key's named as the API key's.
+async fn a_change_the_audit_log_cannot_record_is_not_made(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let server = Server::start_with(SERVER, &db, &FAST).await;
+    let receiver = Receiver::start().await;
+    let shop = server
+        .add_shop_with_webhook("Лавка журнала", &receiver.url)
+        .await;
+    let shopper = server.api().shopper().await;
+    let (mut owner, _) = member(&server, &shop, "owner").await;
+    let csrf = owner.csrf().await;
+    paid(&shop, &shopper, "AUDIT-1", 1_000).await;
+    let delivered = receiver.wait_for(1, WITHIN).await;
+    let event_id = delivered[0].webhook_id.clone();
+    support::wait_until("the event's attempt is recorded", WITHIN, || async {
+        db.scalar("SELECT COUNT(*) FROM delivery_attempts").await == 1
+    })
+    .await;
+
+    db.execute(match backend {
+        Backend::Sqlite => {
+            "CREATE TRIGGER audit_refused BEFORE INSERT ON audit_log \
+             BEGIN SELECT RAISE(ABORT, 'the audit log refuses'); END"
+        }
+        _ => {
+            "CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql \
+             AS $$ BEGIN RAISE EXCEPTION 'the audit log refuses'; END $$"
+        }
+    })
+    .await;
+    if backend != Backend::Sqlite {
+        db.execute(
+            "CREATE TRIGGER audit_refused BEFORE INSERT ON audit_log \
+             FOR EACH ROW EXECUTE FUNCTION refuse_audit()",
+        )
+        .await;
+    }
+    let before = endpoint_and_events(&db).await;
+    let other_url = format!("{}?other=1", receiver.url);
+    let forms: [(&str, Vec<(&str, &str)>); 6] = [
+        (
+            "/dashboard/webhooks",
+            vec![("url", &other_url), ("type:refund.succeeded", "1")],
+        ),
+        ("/dashboard/webhooks/state", vec![("enabled", "0")]),
+        ("/dashboard/webhooks/test-event", vec![]),
+        ("/dashboard/webhooks/secret", vec![("overlap", "3600")]),
+        (&format!("/dashboard/events/{event_id}/redelivery"), vec![]),
+        (
+            "/dashboard/events/recovery",
+            vec![("since", "2020-01-01T00:00"), ("include_delivered", "1")],
+        ),
+    ];
+    for (path, fields) in &forms {
+        let mut all = vec![("csrf", csrf.as_str()), ("mode", "test")];
+        all.extend(fields.iter().copied());
+        let refused = owner.post(path, &all).await;
+        assert!(refused.status.is_server_error(), "{path}: {refused:?}");
+        assert_eq!(endpoint_and_events(&db).await, before, "{path}");
+    }
+    let redelivery = format!("/api/events/{event_id}/redelivery");
+    let calls = [
+        (
+            "/api/webhook-endpoint",
+            serde_json::json!({"url": other_url, "event_types": ["refund.succeeded"],
+                               "enabled": false}),
+        ),
+        ("/api/webhook-endpoint/test-event", serde_json::Value::Null),
+        (
+            "/api/webhook-endpoint/signing-secret",
+            serde_json::json!({"overlap_secs": 3600}),
+        ),
+        (redelivery.as_str(), serde_json::Value::Null),
+        (
+            "/api/events/recovery",
+            serde_json::json!({"since": "2020-01-01T00:00:00Z", "include_delivered": true}),
+        ),
+    ];
+    for (path, body) in &calls {
+        let refused = shop
+            .api
+            .send(shop.api.post(path, None, body))
+            .await
+            .unwrap();
+        assert!(refused.status.is_server_error(), "{path}: {refused:?}");
+        assert_eq!(endpoint_and_events(&db).await, before, "{path}");
+    }
+
+    db.execute(match backend {
+        Backend::Sqlite => "DROP TRIGGER audit_refused",
+        _ => "DROP TRIGGER audit_refused ON audit_log",
+    })
+    .await;
+    for (path, body) in &calls {
+        let made = shop
+            .api
+            .send(shop.api.post(path, None, body))
+            .await
+            .unwrap();
+        assert!(made.status.is_success(), "{path}: {made:?}");
+    }
+    let by_key = db
+        .texts(
+            "SELECT action FROM audit_log WHERE staff_id IS NULL AND email = 'API-ключ' \
+              ORDER BY entry_id",
+        )
+        .await;
+    assert_eq!(
+        by_key,
+        [
+            "endpoint.set",
+            "endpoint.disabled",
+            "endpoint.tested",
+            "signing_secret.rolled",
+            "event.redelivered",
+            "events.recovered",
+        ]
+    );
 }

@@ -924,11 +924,23 @@ async fn an_endpoint_takes_only_its_types_and_a_test_event_always(backend: Backe
         (serde_json::json!({"event_types": ["payment.failed"]}), 400),
         (serde_json::json!({"colour": "red"}), 400),
         (serde_json::json!({"url": "ftp://example.ru/hook"}), 400),
+        // A bad field refuses the whole change: the good ones beside it are not made either.
+        (
+            serde_json::json!({"event_types": ["refund.succeeded"], "enabled": false,
+                               "url": "ftp://example.ru/hook"}),
+            400,
+        ),
     ] {
         update_endpoint(&w.shop, bad.clone())
             .await
             .assert_problem(status, "invalid_request");
     }
+    let unchanged = w.shop.api.get("/api/webhook-endpoint").await.json();
+    assert_eq!(
+        (&unchanged["event_types"], &unchanged["enabled"]),
+        (&serde_json::json!([]), &serde_json::json!(true)),
+        "{unchanged}"
+    );
     let shopper_asks = w.shopper.get("/api/webhook-endpoint").await;
     shopper_asks.assert_problem(403, "forbidden");
 

@@ -202,8 +202,7 @@ pub async fn redeliver(
 ) -> PageResult {
     let (_, mode) = signed.posted(form, Role::Staff)?;
     let shop = signed.shop(&app, mode).await?;
-    app.store
-        .redeliver_event(&shop.account_id, &event_id)
+    endpoints::redeliver(&app.store, &shop, &event_id, By::Member(&signed.member))
         .await?
         .ok_or_else(|| {
             Failure::Shown(
@@ -212,9 +211,6 @@ pub async fn redeliver(
             )
         })?;
     app.deliveries.notify_one();
-    app.store
-        .audit(&signed.member.audit("event.redelivered", &event_id))
-        .await?;
     Ok(see_other(
         &mode.href(&format!("/dashboard/events/{event_id}?resent=1")),
     ))
@@ -246,23 +242,9 @@ pub async fn recover(State(app): State<AppState>, signed: Signed, form: Posted) 
             )
         })?;
     let include_delivered = form.contains_key("include_delivered");
-    let recovered = app
-        .store
-        .recover_events(&shop.account_id, since, include_delivered)
-        .await?;
+    let by = By::Member(&signed.member);
+    let recovered = endpoints::recover(&app.store, &shop, since, include_delivered, by).await?;
     app.deliveries.notify_one();
-    let subject = format!(
-        "since {}{}",
-        clock::rfc3339(since),
-        if include_delivered {
-            ", delivered too"
-        } else {
-            ""
-        }
-    );
-    app.store
-        .audit(&signed.member.audit("events.recovered", &subject))
-        .await?;
     Ok(see_other(
         &mode.href(&format!("/dashboard/events?recovered={recovered}")),
     ))
@@ -420,31 +402,16 @@ pub async fn set_endpoint(State(app): State<AppState>, signed: Signed, form: Pos
                 .into(),
         ));
     }
-    // Every type chosen is written as "every type": new kinds of events will reach it too.
-    let types = if types.len() == SHOP_EVENT_TYPES.len() {
-        Vec::new()
-    } else {
-        types
+    let shop = signed.shop(&app, mode).await?;
+    let change = endpoints::Change {
+        url: Some(url),
+        event_types: Some(&types),
+        enabled: None,
     };
-    let shop_id = &signed.member.shop_id;
-    shops::set_webhook_url(&app.store, shop_id, Some(mode.livemode()), url)
+    endpoints::change(&app.store, &shop, change, By::Member(&signed.member))
         .await
         .map_err(shop_failure)?;
-    endpoints::set_event_types(&app.store, shop_id, mode.livemode(), &types).await?;
     app.deliveries.notify_one();
-    let subject = format!(
-        "{}: {} [{}]",
-        mode.as_str(),
-        url.unwrap_or("—"),
-        if types.is_empty() {
-            "*".to_owned()
-        } else {
-            types.join(",")
-        }
-    );
-    app.store
-        .audit(&signed.member.audit("endpoint.set", &subject))
-        .await?;
     Ok(see_other(&mode.href("/dashboard/webhooks?saved=1")))
 }
 
@@ -452,20 +419,14 @@ pub async fn set_endpoint(State(app): State<AppState>, signed: Signed, form: Pos
 pub async fn set_state(State(app): State<AppState>, signed: Signed, form: Posted) -> PageResult {
     let (form, mode) = signed.posted(form, Role::Owner)?;
     let shop = signed.shop(&app, mode).await?;
-    let by = By::Member(&signed.member);
-    if form.get("enabled").map(String::as_str) == Some("1") {
-        endpoints::enable(&app.store, &shop.shop_id, mode.livemode(), by).await?;
-        app.deliveries.notify_one();
-    } else {
-        endpoints::disable(
-            &app.store,
-            &shop.account_id,
-            "disabled by the shop",
-            None,
-            by,
-        )
-        .await?;
-    }
+    let change = endpoints::Change {
+        enabled: Some(form.get("enabled").map(String::as_str) == Some("1")),
+        ..endpoints::Change::default()
+    };
+    endpoints::change(&app.store, &shop, change, By::Member(&signed.member))
+        .await
+        .map_err(shop_failure)?;
+    app.deliveries.notify_one();
     Ok(see_other(&mode.href("/dashboard/webhooks?saved=1")))
 }
 
@@ -473,11 +434,8 @@ pub async fn set_state(State(app): State<AppState>, signed: Signed, form: Posted
 pub async fn test_event(State(app): State<AppState>, signed: Signed, form: Posted) -> PageResult {
     let (_, mode) = signed.posted(form, Role::Owner)?;
     let shop = signed.shop(&app, mode).await?;
-    let event_id = endpoints::send_test(&app.store, &shop.account_id, mode.livemode()).await?;
+    let event_id = endpoints::send_test(&app.store, &shop, By::Member(&signed.member)).await?;
     app.deliveries.notify_one();
-    app.store
-        .audit(&signed.member.audit("endpoint.tested", &event_id))
-        .await?;
     Ok(see_other(&mode.href(&format!(
         "/dashboard/webhooks?test_event={event_id}"
     ))))
@@ -497,12 +455,9 @@ pub async fn roll_secret(State(app): State<AppState>, signed: Signed, form: Post
         &signed.member.shop_id,
         mode.livemode(),
         Duration::from_secs(overlap),
+        By::Member(&signed.member),
     )
     .await
     .map_err(shop_failure)?;
-    let subject = format!("{}: overlap {overlap} s", mode.as_str());
-    app.store
-        .audit(&signed.member.audit("signing_secret.rolled", &subject))
-        .await?;
     Ok(see_other(&mode.href("/dashboard/webhooks?secret_rolled=1")))
 }
