@@ -235,7 +235,7 @@ fn shop_roll_webhook_secret(
     overlap: std::time::Duration,
 ) -> ExitCode {
     operator_command(config, |store| async move {
-        let (secret, old_until) = crate::operations::shops::roll_signing_secret(
+        let (secret, old_until) = crate::operations::endpoints::roll_signing_secret(
             &store,
             shop_id,
             mode.livemode(),

@@ -21,7 +21,7 @@ use crate::clock;
 use crate::operations::authentication::Principal;
 use crate::operations::endpoints::{self, By};
 use crate::operations::error::OperationError;
-use crate::operations::shops::{self, ShopError};
+use crate::operations::shops::ShopError;
 use crate::store::ShopRow;
 use crate::store::endpoints::EndpointRow;
 
@@ -150,7 +150,7 @@ pub async fn roll_secret(
             "overlap_secs must be at most {MAX_OVERLAP_SECS} (7 days)"
         )));
     }
-    let (secret, until) = shops::roll_signing_secret(
+    let (secret, until) = endpoints::roll_signing_secret(
         &app.store,
         &shop.shop_id,
         shop.livemode,

@@ -10,7 +10,7 @@ use crate::clock;
 use crate::mail::Mailer;
 use crate::operations::error::OperationError;
 use crate::operations::events::{self, SHOP_EVENT_TYPES};
-use crate::operations::shops::{ShopError, validate_webhook_url};
+use crate::operations::shops::{ShopError, new_signing_secret, validate_webhook_url};
 use crate::operations::staff::Member;
 use crate::store::endpoints::EndpointRow;
 use crate::store::events::EventRow;
@@ -170,6 +170,47 @@ fn setting(livemode: bool, url: Option<&Option<String>>, types: Option<&[String]
 
 fn mode(livemode: bool) -> &'static str {
     if livemode { "live" } else { "test" }
+}
+
+/// A new signing secret for the shop's events in one mode (printed once). The old one stops
+/// signing at once or, given an `overlap`, signs beside the new one until it has passed (its
+/// end is returned then, in Unix ms): the shop's endpoint verifies either meanwhile.
+pub async fn roll_signing_secret(
+    store: &Store,
+    shop_id: &str,
+    livemode: bool,
+    overlap: Duration,
+    by: By<'_>,
+) -> Result<(String, Option<i64>), ShopError> {
+    let secret = new_signing_secret();
+    let old_until =
+        (!overlap.is_zero()).then(|| clock::now_ms().saturating_add(overlap.as_millis() as i64));
+    let (shop_id, written) = (shop_id.to_owned(), secret.clone());
+    let subject = format!(
+        "{}: overlap {} s",
+        if livemode { "live" } else { "test" },
+        overlap.as_secs()
+    );
+    let actor = by.actor();
+    let rolled = store
+        .write(move |tx| {
+            Box::pin(async move {
+                let rolled = tx
+                    .roll_signing_secret(&shop_id, livemode, &written, old_until)
+                    .await?;
+                if rolled {
+                    let line = audit(&actor, &shop_id, "signing_secret.rolled", &subject);
+                    tx.audit(&line).await?;
+                }
+                Ok(rolled)
+            })
+        })
+        .await?;
+    if rolled {
+        Ok((secret, old_until))
+    } else {
+        Err(ShopError::UnknownShop("no such shop".into()))
+    }
 }
 
 /// Sends a test event to the endpoint (through the outbox, signed, its attempts recorded, as any

@@ -12,7 +12,6 @@ use serde::Serialize;
 use crate::clock;
 use crate::ids;
 use crate::operations::authentication::{DEFAULT_CURRENCY, new_secret, token_hash};
-use crate::operations::endpoints::{By, audit};
 use crate::operations::urls;
 use crate::store::{AccountKind, ShopRow, Store, StoreError};
 
@@ -167,48 +166,7 @@ pub async fn roll_key(
     }
 }
 
-/// A new signing secret for the shop's events in one mode (printed once). The old one stops
-/// signing at once or, given an `overlap`, signs beside the new one until it has passed (its
-/// end is returned then, in Unix ms): the shop's endpoint verifies either meanwhile.
-pub async fn roll_signing_secret(
-    store: &Store,
-    shop_id: &str,
-    livemode: bool,
-    overlap: Duration,
-    by: By<'_>,
-) -> Result<(String, Option<i64>), ShopError> {
-    let secret = new_signing_secret();
-    let old_until =
-        (!overlap.is_zero()).then(|| clock::now_ms().saturating_add(overlap.as_millis() as i64));
-    let (shop_id, written) = (shop_id.to_owned(), secret.clone());
-    let subject = format!(
-        "{}: overlap {} s",
-        if livemode { "live" } else { "test" },
-        overlap.as_secs()
-    );
-    let actor = by.actor();
-    let rolled = store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rolled = tx
-                    .roll_signing_secret(&shop_id, livemode, &written, old_until)
-                    .await?;
-                if rolled {
-                    let line = audit(&actor, &shop_id, "signing_secret.rolled", &subject);
-                    tx.audit(&line).await?;
-                }
-                Ok(rolled)
-            })
-        })
-        .await?;
-    if rolled {
-        Ok((secret, old_until))
-    } else {
-        Err(ShopError::UnknownShop("no such shop".into()))
-    }
-}
-
-fn new_signing_secret() -> String {
+pub(crate) fn new_signing_secret() -> String {
     let mut bytes = [0u8; 32];
     bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
     bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());

@@ -16,7 +16,7 @@ use crate::api::state::AppState;
 use crate::clock;
 use crate::operations::endpoints::{self, By};
 use crate::operations::events::SHOP_EVENT_TYPES;
-use crate::operations::shops::{self, ShopError};
+use crate::operations::shops::ShopError;
 use crate::operations::staff::Role;
 use crate::store::EventRow;
 
@@ -450,7 +450,7 @@ pub async fn roll_secret(State(app): State<AppState>, signed: Signed, form: Post
         .and_then(|o| o.parse::<u64>().ok())
         .filter(|o| *o <= 7 * 24 * 3600)
         .ok_or_else(|| Failure::Shown(StatusCode::BAD_REQUEST, "Нет такого срока".into()))?;
-    shops::roll_signing_secret(
+    endpoints::roll_signing_secret(
         &app.store,
         &signed.member.shop_id,
         mode.livemode(),
