@@ -15,7 +15,7 @@ use crate::operations::staff::Member;
 use crate::store::endpoints::EndpointRow;
 use crate::store::events::EventRow;
 use crate::store::staff::NewAudit;
-use crate::store::{ShopRow, Store, StoreError, Tx};
+use crate::store::{ShopRow, Store, StoreError, Tx, TxFuture};
 
 /// Failing this long without a success disables an endpoint (Svix's rule: five days).
 pub const DISABLE_AFTER: Duration = Duration::from_secs(5 * 24 * 3600);
@@ -31,7 +31,7 @@ pub enum By<'a> {
 
 impl By<'_> {
     /// Who, as the audit log names it: a member's id (if a member) and a name.
-    pub(crate) fn actor(&self) -> (Option<String>, String) {
+    fn actor(&self) -> (Option<String>, String) {
         match self {
             By::Member(member) => (Some(member.staff_id.clone()), member.email.clone()),
             By::ApiKey => (None, "API-ключ".into()),
@@ -42,7 +42,7 @@ impl By<'_> {
 }
 
 /// An audit line of `actor`'s, now.
-pub(crate) fn audit<'a>(
+fn audit<'a>(
     (staff_id, email): &'a (Option<String>, String),
     shop_id: &'a str,
     action: &'a str,
@@ -185,27 +185,17 @@ pub async fn roll_signing_secret(
     let secret = new_signing_secret();
     let old_until =
         (!overlap.is_zero()).then(|| clock::now_ms().saturating_add(overlap.as_millis() as i64));
-    let (shop_id, written) = (shop_id.to_owned(), secret.clone());
-    let subject = format!(
-        "{}: overlap {} s",
-        if livemode { "live" } else { "test" },
-        overlap.as_secs()
-    );
-    let actor = by.actor();
-    let rolled = store
-        .write(move |tx| {
-            Box::pin(async move {
-                let rolled = tx
-                    .roll_signing_secret(&shop_id, livemode, &written, old_until)
-                    .await?;
-                if rolled {
-                    let line = audit(&actor, &shop_id, "signing_secret.rolled", &subject);
-                    tx.audit(&line).await?;
-                }
-                Ok(rolled)
-            })
+    let subject = format!("{}: overlap {} s", mode(livemode), overlap.as_secs());
+    let (owner, written) = (shop_id.to_owned(), secret.clone());
+    let rolled = audited(store, shop_id, by, "signing_secret.rolled", move |tx| {
+        Box::pin(async move {
+            let rolled = tx
+                .roll_signing_secret(&owner, livemode, &written, old_until)
+                .await?;
+            Ok((rolled, rolled.then_some(subject)))
         })
-        .await?;
+    })
+    .await?;
     if rolled {
         Ok((secret, old_until))
     } else {
@@ -216,20 +206,14 @@ pub async fn roll_signing_secret(
 /// Sends a test event to the endpoint (through the outbox, signed, its attempts recorded, as any
 /// event), with its audit line: its id. Without an enabled endpoint it waits as `no_endpoint`.
 pub async fn send_test(store: &Store, shop: &ShopRow, by: By<'_>) -> Result<String, StoreError> {
-    let (shop_id, account_id, livemode) =
-        (shop.shop_id.clone(), shop.account_id.clone(), shop.livemode);
-    let actor = by.actor();
-    store
-        .write(move |tx| {
-            Box::pin(async move {
-                let event_id =
-                    events::webhook_test(tx, &account_id, livemode, clock::now_ms()).await?;
-                tx.audit(&audit(&actor, &shop_id, "endpoint.tested", &event_id))
-                    .await?;
-                Ok(event_id)
-            })
+    let (account_id, livemode) = (shop.account_id.clone(), shop.livemode);
+    audited(store, &shop.shop_id, by, "endpoint.tested", move |tx| {
+        Box::pin(async move {
+            let event_id = events::webhook_test(tx, &account_id, livemode, clock::now_ms()).await?;
+            Ok((event_id.clone(), Some(event_id)))
         })
-        .await
+    })
+    .await
 }
 
 /// Sends one of the shop's events again, now and on a fresh schedule, with its audit line: the
@@ -240,24 +224,15 @@ pub async fn redeliver(
     event_id: &str,
     by: By<'_>,
 ) -> Result<Option<EventRow>, StoreError> {
-    let (shop_id, account_id, event_id) = (
-        shop.shop_id.clone(),
-        shop.account_id.clone(),
-        event_id.to_owned(),
-    );
-    let actor = by.actor();
-    store
-        .write(move |tx| {
-            Box::pin(async move {
-                let Some(event) = tx.redeliver_event(&account_id, &event_id).await? else {
-                    return Ok(None);
-                };
-                tx.audit(&audit(&actor, &shop_id, "event.redelivered", &event_id))
-                    .await?;
-                Ok(Some(event))
-            })
+    let (account_id, event_id) = (shop.account_id.clone(), event_id.to_owned());
+    audited(store, &shop.shop_id, by, "event.redelivered", move |tx| {
+        Box::pin(async move {
+            let event = tx.redeliver_event(&account_id, &event_id).await?;
+            let subject = event.is_some().then_some(event_id);
+            Ok((event, subject))
         })
-        .await
+    })
+    .await
 }
 
 /// Sends again every event of the shop made since `since_ms` that it never received (and with
@@ -269,8 +244,7 @@ pub async fn recover(
     include_delivered: bool,
     by: By<'_>,
 ) -> Result<u64, StoreError> {
-    let (shop_id, account_id) = (shop.shop_id.clone(), shop.account_id.clone());
-    let actor = by.actor();
+    let account_id = shop.account_id.clone();
     let subject = format!(
         "since {}{}",
         clock::rfc3339(since_ms),
@@ -280,18 +254,41 @@ pub async fn recover(
             ""
         }
     );
-    store
-        .write(move |tx| {
-            Box::pin(async move {
-                let recovered = tx
-                    .recover_events(&account_id, since_ms, include_delivered)
-                    .await?;
-                tx.audit(&audit(&actor, &shop_id, "events.recovered", &subject))
-                    .await?;
-                Ok(recovered)
-            })
+    audited(store, &shop.shop_id, by, "events.recovered", move |tx| {
+        Box::pin(async move {
+            let recovered = tx
+                .recover_events(&account_id, since_ms, include_delivered)
+                .await?;
+            Ok((recovered, Some(subject)))
         })
-        .await
+    })
+    .await
+}
+
+/// Runs `work` in one transaction with its audit line, so that nothing is changed that the log
+/// does not tell of: `work` gives its result and the line's subject (`None`: it changed
+/// nothing, and no line is written).
+fn audited<'s, T, F>(
+    store: &'s Store,
+    shop_id: &str,
+    by: By<'_>,
+    action: &'static str,
+    work: F,
+) -> impl Future<Output = Result<T, StoreError>> + Send + 's
+where
+    T: Send + 'static,
+    F: for<'t> FnOnce(&'t mut Tx) -> TxFuture<'t, (T, Option<String>)> + Send + 'static,
+{
+    let (shop_id, actor) = (shop_id.to_owned(), by.actor());
+    store.write(move |tx| {
+        Box::pin(async move {
+            let (done, subject) = work(tx).await?;
+            if let Some(subject) = subject {
+                tx.audit(&audit(&actor, &shop_id, action, &subject)).await?;
+            }
+            Ok(done)
+        })
+    })
 }
 
 /// Disables the endpoint (given `failing_for`, only if it has been failing that long), in one
