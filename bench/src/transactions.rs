@@ -8,8 +8,9 @@
 //! where the server's statement would not tell its type.
 
 use checkout_backend::store::{
-    compose_with_deferred, events::POSTGRES_INSERT_EVENT, keys::COMPLETE_KEY,
-    keys::POSTGRES_CLAIM_KEY, payments::POSTGRES_PAY, replace_placeholders,
+    events::POSTGRES_INSERT_EVENT,
+    payments::{BALANCE_SENTINEL, PAYMENT_OUTLOOK, POSTGRES_PAY, POSTGRES_PAY_AT_ONCE},
+    replace_placeholders,
 };
 
 const PREAMBLE: &str = r#"\set i :i + 1
@@ -52,30 +53,29 @@ const EVENT_ARGS: [&str; 6] = [
     NOW,
 ];
 
-/// The server's keyed payment as it reaches PostgreSQL now: `BEGIN`, the claim (which also
-/// reads a live holder, and lifts the lock timeout), the change in one statement, the stored
-/// answer with the event deferred into it, `COMMIT`.
+/// The server's keyed payment as it reaches PostgreSQL now, outside any transaction: the read
+/// of the session, the balance and the key; then one statement that claims the key, pays,
+/// writes the event and stores the answer (the balance written into it).
 pub fn keyed_transaction() -> String {
     let key = "('k-' || :n::text)";
-    let claim = spelled(
-        &POSTGRES_CLAIM_KEY,
-        &[
-            SHOPPER,
-            key,
-            CLAIM_ID,
-            "'5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b'",
-            NOW,
-            "1763900000000",
-            r#"('{"checkout_session_id":"' || ('cs_' || lpad(to_hex(:n::bigint), 32, '0')) || '"}')"#,
-        ],
-    );
-    let mut answer_args = vec![SHOPPER, key, CLAIM_ID, "201", ANSWER];
-    answer_args.extend(EVENT_ARGS);
-    let answer = spelled(
-        &compose_with_deferred(COMPLETE_KEY, 5, &[(POSTGRES_INSERT_EVENT, 6)]),
-        &answer_args,
-    );
-    format!("{PREAMBLE}BEGIN;\n{claim}{}{answer}COMMIT;\n", pay(key))
+    let outlook = spelled(PAYMENT_OUTLOOK, &[SESSION, SHOPPER, key]);
+    let answer = ANSWER.replace("99999", &BALANCE_SENTINEL.to_string());
+    let mut args = vec![
+        SESSION,
+        PAYMENT,
+        NOW,
+        SHOPPER,
+        "0",
+        "'RUB'",
+        key,
+        CLAIM_ID,
+        "'5f2b9c0d6a7e4c3b8a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b'",
+        r#"('{"checkout_session_id":"' || ('cs_' || lpad(to_hex(:n::bigint), 32, '0')) || '"}')"#,
+        &answer,
+    ];
+    args.extend(EVENT_ARGS);
+    let at_once = spelled(&POSTGRES_PAY_AT_ONCE, &args);
+    format!("{PREAMBLE}{outlook}{at_once}")
 }
 
 /// The same payment without a key (`POST /api/bench/unkeyed-payments`): `BEGIN`, the change,
@@ -89,11 +89,11 @@ pub fn unkeyed_transaction() -> String {
 }
 
 /// Statements (each one round trip) per request, `BEGIN` and `COMMIT` included.
-pub const KEYED_STATEMENTS: usize = 5;
+pub const KEYED_STATEMENTS: usize = 2;
 pub const UNKEYED_STATEMENTS: usize = 4;
 pub const ELEVEN_STATEMENTS: usize = 11;
-/// A replay: `BEGIN`, the claim that reads the stored answer, `ROLLBACK`.
-pub const REPLAY_STATEMENTS: usize = 3;
+/// A replay: the read, which finds the stored answer.
+pub const REPLAY_STATEMENTS: usize = 1;
 
 /// The keyed payment before this change, kept as it was sent (an anchor that does not move):
 /// `BEGIN`, the claim (whose `RETURNING` lifts the lock timeout), the session taken, the

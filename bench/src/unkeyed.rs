@@ -25,7 +25,7 @@ async fn unkeyed_payment(
     principal: Principal,
     body: JsonBody<CreatePayment>,
 ) -> Result<Response, OperationError> {
-    let charge = Charge::validate(&principal, body.value)?;
+    let charge = Charge::validate(&principal, body.value, &app.store)?;
     // The ledger row still carries a claim id (it is unique there) and a key of its own, but
     // no key row is written.
     let claim_id = uuid::Uuid::new_v4().simple().to_string();

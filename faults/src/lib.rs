@@ -226,6 +226,16 @@ impl Hooks for Faults {
         *tries <= self.in_flight_claims
     }
 
+    /// A request settled at once has no moment before its commit: while a fault is to strike
+    /// there, every request takes the steps; otherwise they go as the shipped server's do.
+    fn steps_only(&self) -> bool {
+        self.fail_before_commit.load(Ordering::SeqCst) > 0
+            || self.fail_before_commit_per_key > 0
+            || !self.delay_before_commit.is_zero()
+            || self.sqlite_commit_io_error_at > 0
+            || self.sqlite_writer_dies_at > 0
+    }
+
     fn before_commit(&self, scope: &str, key: &str) -> HookFuture {
         let delay = self.delay_before_commit;
         let fail = take(&self.fail_before_commit) || self.fails_this_try(scope, key);

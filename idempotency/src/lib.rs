@@ -11,7 +11,10 @@
 //! 5. `COMMIT`.
 //!
 //! A crash before 5 leaves no trace, so a resend runs afresh; after it, a resend replays the
-//! stored answer byte for byte. A key that is already taken is answered from storage: the same
+//! stored answer byte for byte. An operation that can do 1–5 as ONE atomic write of its store
+//! (a payment on PostgreSQL: one statement) says so in [`Operation::at_once`]: then a request
+//! costs that write alone, and anything it could not settle (nothing of it written) takes the
+//! steps above. A key that is already taken is answered from storage: the same
 //! request replays, another request under that key is [`Outcome::KeyReused`], one still
 //! executing is [`Outcome::InUse`]. A copy that arrives while this process is executing the
 //! key waits for it at most the lock timeout, in memory, rather than queue for the database.
@@ -159,6 +162,18 @@ pub trait Classify {
     fn failure(&self) -> Failure;
 }
 
+/// What an operation's try at the whole keyed step at once came to ([`Operation::at_once`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AtOnce {
+    /// Claimed, changed, answered and committed, all in one atomic write: this answer.
+    Done(StoredResponse),
+    /// Nothing written: a live key holds the claim, completed, as committed (read, not locked).
+    Held(KeyRecord),
+    /// Nothing written; the steps settle the request (a decline, a race, a key in flight or
+    /// expired, a store that cannot).
+    NotDone,
+}
+
 /// The keyed business step run inside the transaction (a payment, a refund, an inbox effect).
 pub trait Operation<Tx>: Send + Sync + 'static {
     type Error: Classify + Send + 'static;
@@ -169,6 +184,19 @@ pub trait Operation<Tx>: Send + Sync + 'static {
         tx: &mut Tx,
         claim: &Claim,
     ) -> impl Future<Output = Result<Decision, Self::Error>> + Send;
+
+    /// The claim, the change, the answer and the commit as ONE atomic write, where the operation
+    /// can make it so (the common case, in a store where each statement is a round trip): either
+    /// all of it commits, under `claim`, only if the key is new; or nothing does and the steps
+    /// run. An error means the write's outcome is unknown (it may have committed). Most
+    /// operations cannot: they answer [`AtOnce::NotDone`].
+    fn at_once(
+        &self,
+        _claim: &Claim,
+        _expired_before_ms: i64,
+    ) -> impl Future<Output = Result<AtOnce, Self::Error>> + Send {
+        std::future::ready(Ok(AtOnce::NotDone))
+    }
 }
 
 /// Where keys live: beside the effect, in the same database.
@@ -295,6 +323,12 @@ pub trait Hooks: Send + Sync + 'static {
     fn before_commit(&self, _scope: &str, _key: &str) -> HookFuture {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    /// Whether every request must take the steps, never [`Operation::at_once`] (which has no
+    /// moment before its commit): true unless a hook says it acts nowhere near the commit.
+    fn steps_only(&self) -> bool {
+        true
+    }
 }
 
 /// A hook's verdict: `Err` aborts the transaction.
@@ -306,7 +340,11 @@ pub struct Aborted;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoHooks;
 
-impl Hooks for NoHooks {}
+impl Hooks for NoHooks {
+    fn steps_only(&self) -> bool {
+        false
+    }
+}
 
 /// How long a copy waits for its in-flight original unless told otherwise.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(500);
@@ -440,14 +478,34 @@ impl Protocol {
             return Ok(Outcome::InUse);
         };
 
-        for _attempt in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             if self.hooks.key_in_flight(request.scope, request.key) {
                 return Ok(Outcome::InUse);
             }
             let now_ms = self.clock.now_ms();
+            let claim = Claim::of(&request, &fingerprint, canonical_body.clone(), now_ms);
+            let expired_before_ms = now_ms.saturating_sub(self.ttl_ms());
+            // 1–5 at once where the operation can; the steps below settle whatever it could not.
+            if attempt == 0 && !self.hooks.steps_only() {
+                match operation.at_once(&claim, expired_before_ms).await? {
+                    AtOnce::Done(response) => {
+                        return Ok(Outcome::Executed {
+                            response,
+                            expires_at_ms: now_ms.saturating_add(self.ttl_ms()),
+                        });
+                    }
+                    AtOnce::Held(record)
+                        if record.response.is_some()
+                            && record.created_at_ms >= expired_before_ms =>
+                    {
+                        return Ok(self.answer_from_storage(record, &asked));
+                    }
+                    AtOnce::Held(_) | AtOnce::NotDone => {}
+                }
+            }
             let work = KeyedWork {
-                claim: Claim::of(&request, &fingerprint, canonical_body.clone(), now_ms),
-                expired_before_ms: now_ms.saturating_sub(self.ttl_ms()),
+                claim,
+                expired_before_ms,
                 operation: operation.clone(),
                 hooks: self.hooks.clone(),
             };

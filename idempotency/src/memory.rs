@@ -19,8 +19,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::{
-    Claim, Claimed, Classify, Clock, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse,
-    SystemClock, Work,
+    AtOnce, Claim, Claimed, Classify, Clock, Failure, Finish, KeyRecord, KeyStore, KeyTx,
+    StoredResponse, SystemClock, Work,
 };
 
 /// Which database's concurrency the store has.
@@ -44,6 +44,17 @@ pub enum HolderRead {
     AsOfSnapshot,
 }
 
+/// How [`MemoryStore::at_once`] inserts the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtOnceInsert {
+    /// A plain insert: it waits for a transaction claiming the key, and fails on any row there
+    /// (what the checkout's statement does).
+    Plain,
+    /// Over whatever is there, without waiting (an upsert with no guard): a defect, kept so
+    /// that a test can show the model checker finds it.
+    Overwrites,
+}
+
 /// What a statement is, for whoever hands out turns (and for the traces it prints).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Statement {
@@ -53,6 +64,8 @@ pub enum Statement {
     /// A claim that waited for another transaction's lock, taken up again.
     ClaimAfterWait,
     Commit,
+    /// The whole keyed step in one statement ([`MemoryStore::at_once`]).
+    AtOnce,
 }
 
 /// Hands out turns: each statement of the store waits for one before it runs.
@@ -152,6 +165,7 @@ struct Shared {
     tables: Mutex<Tables>,
     engine: Engine,
     holder_read: HolderRead,
+    at_once_insert: AtOnceInsert,
     lock_bound: Duration,
     clock: Arc<dyn Clock>,
     turns: Arc<dyn Turns>,
@@ -175,6 +189,7 @@ impl std::fmt::Debug for MemoryStore {
 pub struct MemoryStoreBuilder {
     engine: Engine,
     holder_read: HolderRead,
+    at_once_insert: AtOnceInsert,
     lock_bound: Duration,
     clock: Arc<dyn Clock>,
     turns: Arc<dyn Turns>,
@@ -184,6 +199,13 @@ impl MemoryStoreBuilder {
     pub fn holder_read(self, holder_read: HolderRead) -> Self {
         MemoryStoreBuilder {
             holder_read,
+            ..self
+        }
+    }
+
+    pub fn at_once_insert(self, at_once_insert: AtOnceInsert) -> Self {
+        MemoryStoreBuilder {
+            at_once_insert,
             ..self
         }
     }
@@ -207,6 +229,7 @@ impl MemoryStoreBuilder {
                 tables: Mutex::default(),
                 engine: self.engine,
                 holder_read: self.holder_read,
+                at_once_insert: self.at_once_insert,
                 lock_bound: self.lock_bound,
                 clock: self.clock,
                 turns: self.turns,
@@ -220,6 +243,7 @@ impl MemoryStore {
         MemoryStoreBuilder {
             engine,
             holder_read: HolderRead::Live,
+            at_once_insert: AtOnceInsert::Plain,
             lock_bound: crate::DEFAULT_LOCK_TIMEOUT,
             clock: Arc::new(SystemClock),
             turns: Arc::new(NoTurns),
@@ -247,6 +271,77 @@ impl MemoryStore {
     /// Every effect committed, in the order they were made.
     pub fn effects(&self) -> Vec<Effect> {
         self.tables().effects.clone()
+    }
+
+    /// The whole keyed step as PostgreSQL's one statement does it (the checkout's payment at
+    /// once): a read of the key as committed (a live, completed key answers from there), then
+    /// ONE statement that inserts the key completed with `respond(effect)` and the effect, and
+    /// commits. Its plain insert waits for a transaction that holds the key's row, and fails on
+    /// any row there (a unique violation), or past the bound: then nothing is written and the
+    /// steps run. SQLite's engine has no such statement: always [`AtOnce::NotDone`].
+    pub async fn at_once(
+        &self,
+        claim: &Claim,
+        expired_before_ms: i64,
+        note: String,
+        respond: impl FnOnce(u64) -> StoredResponse + Send,
+    ) -> Result<AtOnce, MemoryError> {
+        if self.shared.engine == Engine::Sqlite {
+            return Ok(AtOnce::NotDone);
+        }
+        let id = key_id(&claim.scope, &claim.key);
+        self.shared.turns.turn(Statement::Read).await;
+        match self.key(&claim.scope, &claim.key) {
+            Some(row) if row.created_at_ms >= expired_before_ms && row.response.is_some() => {
+                return Ok(AtOnce::Held(row.record()));
+            }
+            Some(_) => return Ok(AtOnce::NotDone),
+            None => {}
+        }
+        self.shared.turns.turn(Statement::AtOnce).await;
+        // Its own transaction, for the row lock it may wait on; dropped at the end (committed
+        // by then, or rolled back).
+        let tx = MemoryTx::begin(self.shared.clone()).await?;
+        let plain = self.shared.at_once_insert == AtOnceInsert::Plain;
+        if plain {
+            loop {
+                let row_free = |tables: &mut Tables, me: u64| {
+                    tables.row_locks.get(&id).is_none_or(|&holder| holder == me)
+                };
+                if row_free(&mut self.shared.tables(), tx.id) {
+                    break;
+                }
+                if tx.wait_for(row_free).await.is_err() {
+                    return Ok(AtOnce::NotDone);
+                }
+                self.shared.turns.turn(Statement::ClaimAfterWait).await;
+            }
+        }
+        let mut tables = self.shared.tables();
+        if plain && tables.keys.contains_key(&id) {
+            return Ok(AtOnce::NotDone);
+        }
+        tables.next_effect += 1;
+        let effect = tables.next_effect;
+        let response = respond(effect);
+        tables.keys.insert(
+            id,
+            KeyRow {
+                response: Some(response.clone()),
+                ..new_row(claim)
+            },
+        );
+        tables.effects.push(Effect {
+            id: effect,
+            scope: claim.scope.clone(),
+            key: claim.key.clone(),
+            request_hash: claim.request_hash.clone(),
+            claimed_at_ms: claim.now_ms,
+            note,
+        });
+        drop(tables);
+        drop(tx);
+        Ok(AtOnce::Done(response))
     }
 
     /// The sweeper: deletes the keys created before `created_before_ms` that no transaction

@@ -112,6 +112,64 @@ async fn a_duplicate_of_a_slow_payment_gets_409_then_the_replay() {
     }
 }
 
+/// PostgreSQL, two instances: the original is held open before its COMMIT on one (its fault
+/// keeps it on the protocol's steps), and its copy reaches the other, which pays in one
+/// statement. That statement waits for the original's locks within the lock timeout and writes
+/// nothing; the copy's steps then wait one timeout more for the key and answer `409`. Once the
+/// original commits, the copy is answered from the read alone, and a new key for the same
+/// session is told it was paid: one debit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_paid_at_once_elsewhere_waits_for_the_original_and_writes_nothing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let slow = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_FAULTS", "delay_before_commit_ms=2500"),
+            ("CHECKOUT_LOCK_TIMEOUT_MS", "200"),
+        ],
+    )
+    .await;
+    let at_once = Server::start_with(
+        SERVER,
+        &db,
+        &[
+            ("CHECKOUT_LOCK_TIMEOUT_MS", "200"),
+            ("RUST_LOG", "info,sqlx=warn,sqlx::query=debug"),
+        ],
+    )
+    .await;
+    let shopper = slow.api().shopper().await;
+    let body = slow.add_shop("Лавка").await.checkout("ord-two", 800).await;
+    let key = new_key();
+    let original = pay_held(&slow, &shopper, &key, &body).await;
+    let started = std::time::Instant::now();
+    let copy = shopper.on(&at_once).pay(&key, &body).await;
+    let waited = started.elapsed();
+    copy.assert_problem(409, "idempotency_key_in_use");
+    assert!(
+        waited < Duration::from_millis(1_500),
+        "the 409 took {waited:?}; two bounds of 200 ms"
+    );
+    assert!(
+        !original.is_finished(),
+        "the 409 came while the original was still executing"
+    );
+    assert!(
+        at_once.log().contains("INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, request_body, status, response_status"),
+        "the copy did not try the payment in one statement"
+    );
+    let original = original.await.unwrap();
+    assert_eq!(original.status, StatusCode::CREATED, "{}", original.body);
+    let replay = shopper.on(&at_once).pay(&key, &body).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, original.body);
+    let another = shopper.on(&at_once).pay(&new_key(), &body).await;
+    another.assert_problem(409, "session_already_paid");
+    assert_eq!(shopper.balance().await, OPENING_BALANCE - 800);
+    db.assert_invariants().await;
+}
+
 /// Transactions the fault has held open before their COMMIT so far (the shop's session is one).
 fn held(server: &Server) -> usize {
     server.log().matches("holding the transaction open").count()

@@ -40,7 +40,7 @@ pub async fn create(
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     body: JsonBody<CreatePayment>,
 ) -> Result<Response, OperationError> {
-    let charge = Charge::validate(&principal, body.value)?;
+    let charge = Charge::validate(&principal, body.value, &app.store)?;
     let canonical = serde_json::json!({ "checkout_session_id": charge.checkout_session_id });
     let asked = Asked {
         route: "/api/payments",

@@ -41,17 +41,46 @@ pub async fn payment_succeeded(
     lines: Lines<'_>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let mut data = serde_json::to_value(payment).expect("a payment serializes");
-    data["items"] = serde_json::from_str(lines.items).unwrap_or_else(|_| json!([]));
-    data["description"] = json!(lines.description);
-    record(
-        tx,
-        shop_account_id,
-        (PAYMENT_SUCCEEDED, &payment.payment_id, FIRST_VERSION),
-        (data, payment.livemode),
-        now_ms,
-    )
-    .await
+    let event = PaymentSucceeded::of(payment, lines, now_ms);
+    tx.insert_event(&event.for_shop(shop_account_id)).await
+}
+
+/// `payment.succeeded` as written, for a change that writes it itself (a payment at once).
+pub struct PaymentSucceeded {
+    event_id: String,
+    subject_id: String,
+    body: String,
+    created_at: i64,
+}
+
+impl PaymentSucceeded {
+    pub fn of(payment: &Payment, lines: Lines<'_>, now_ms: i64) -> PaymentSucceeded {
+        let mut data = serde_json::to_value(payment).expect("a payment serializes");
+        data["items"] = serde_json::from_str(lines.items).unwrap_or_else(|_| json!([]));
+        data["description"] = json!(lines.description);
+        PaymentSucceeded {
+            event_id: ids::new_id("evt_"),
+            subject_id: payment.payment_id.clone(),
+            body: body_of(
+                (PAYMENT_SUCCEEDED, FIRST_VERSION),
+                (data, payment.livemode),
+                now_ms,
+            ),
+            created_at: now_ms,
+        }
+    }
+
+    pub fn for_shop<'a>(&'a self, shop_account_id: &'a str) -> NewEvent<'a> {
+        NewEvent {
+            about_endpoint: false,
+            event_id: &self.event_id,
+            shop_account_id,
+            event_type: PAYMENT_SUCCEEDED,
+            subject_id: &self.subject_id,
+            body: &self.body,
+            created_at: self.created_at,
+        }
+    }
 }
 
 /// An object's version when it is made: the `sequence` of its first event.
@@ -201,14 +230,7 @@ async fn write(
     (data, livemode): (serde_json::Value, bool),
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let body = checkout_shared::EventBody {
-        event_type: event_type.to_owned(),
-        sequence: version,
-        livemode,
-        timestamp: clock::rfc3339(now_ms),
-        data,
-    };
-    let body = serde_json::to_string(&body).expect("an event serializes");
+    let body = body_of((event_type, version), (data, livemode), now_ms);
     tx.insert_event(&NewEvent {
         about_endpoint,
         event_id,
@@ -219,6 +241,22 @@ async fn write(
         created_at: now_ms,
     })
     .await
+}
+
+/// An event's body as the shop receives it.
+fn body_of(
+    (event_type, version): (&str, i64),
+    (data, livemode): (serde_json::Value, bool),
+    now_ms: i64,
+) -> String {
+    let body = checkout_shared::EventBody {
+        event_type: event_type.to_owned(),
+        sequence: version,
+        livemode,
+        timestamp: clock::rfc3339(now_ms),
+        data,
+    };
+    serde_json::to_string(&body).expect("an event serializes")
 }
 
 pub fn view(row: &EventRow) -> Result<EventView, OperationError> {

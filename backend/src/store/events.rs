@@ -453,6 +453,20 @@ pub struct NewEvent<'a> {
     pub created_at: i64,
 }
 
+impl<'a> NewEvent<'a> {
+    /// `$1`…`$6` of [`POSTGRES_INSERT_EVENT`] and its kin.
+    pub(super) fn args(&self) -> [Arg<'a>; 6] {
+        [
+            Arg::Text(self.event_id),
+            Arg::Text(self.shop_account_id),
+            Arg::Text(self.event_type),
+            Arg::Text(self.subject_id),
+            Arg::Text(self.body),
+            Arg::Int(self.created_at),
+        ]
+    }
+}
+
 impl Store {
     /// Up to `limit` events the broker has not confirmed into a queue, oldest first, but not
     /// one returned whose next offer is after `now_ms`.
@@ -729,14 +743,7 @@ impl Tx {
     /// Writes an event into the outbox, in this transaction: it commits with the change. On
     /// PostgreSQL it travels with the key's stored answer, or alone before `COMMIT`.
     pub async fn insert_event(&mut self, event: &NewEvent<'_>) -> Result<(), StoreError> {
-        let args = [
-            Arg::Text(event.event_id),
-            Arg::Text(event.shop_account_id),
-            Arg::Text(event.event_type),
-            Arg::Text(event.subject_id),
-            Arg::Text(event.body),
-            Arg::Int(event.created_at),
-        ];
+        let args = event.args();
         let (sqlite, postgres) = if event.about_endpoint {
             (SQLITE_INSERT_ENDPOINT_EVENT, POSTGRES_INSERT_ENDPOINT_EVENT)
         } else {

@@ -39,10 +39,10 @@ pub use events::{
     UnpublishedEvent,
 };
 pub use payments::{
-    EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentChange, PaymentRow, RefundRow,
-    Refunded,
+    EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentAtOnce, PaymentChange,
+    PaymentOutlook, PaymentRow, RefundRow, Refunded,
 };
-pub use postgres::{PgStore, PgTx, Pooling, compose_with_deferred};
+pub use postgres::{AtOnceWrite, PgStore, PgTx, Pooling, compose_with_deferred};
 use row::{Arg, ReadRow};
 pub use row::{Template, replace_placeholders};
 pub use sessions::{ExpiredSession, NewSession, SessionRow, TakenSession};

@@ -2,9 +2,14 @@
 //! the guarded debit, the credit, the shop's credits that wait beside its balance row (so that
 //! payments to one shop never queue on it) and their folding in at a refund.
 
-use checkout_idempotency::Claim;
+use std::sync::LazyLock;
 
-use super::row::{Arg, Row, RowError};
+use checkout_idempotency::{Claim, KeyRecord, StoredResponse};
+
+use super::events::{NewEvent, POSTGRES_INSERT_EVENT};
+use super::keys::read_key;
+use super::postgres::AtOnceWrite;
+use super::row::{Arg, Row, RowError, replace_placeholders};
 use super::sessions::TakenSession;
 use super::{Store, StoreError, Tx};
 
@@ -50,18 +55,12 @@ pub const INSERT_PAYMENT: &str = "\
             (SELECT livemode FROM checkout_sessions WHERE session_id = $2)) \
     ON CONFLICT (checkout_session_id) DO NOTHING";
 
-/// A payment's whole change on PostgreSQL in one statement (one round trip instead of six):
-/// the session taken, the shopper's guarded debit, the payment, the transfer's two ledger rows
-/// and the shop's waiting credit, each step fed by the rows of the one before, so that a step
-/// that matches nothing leaves every later step nothing to write. The same guards as the
-/// statements above, spelled out again because a data-modifying `WITH` cannot call them; the
-/// caller checks what each step touched (see [`PaymentChange`]) and rolls back a change that
-/// went only part of the way. Livemode and currency must match the shopper's ($5, $6) or
-/// nothing is debited. The debit reads the session through subqueries, not a join, so that the
-/// shopper's row is found by its key: a join's plan may scan the table, and under a stream of
-/// payments a scan walks every dead version of the shoppers' rows.
-pub const POSTGRES_PAY: &str = "\
-    WITH session AS ( \
+/// The chained steps of [`POSTGRES_PAY`], shared with [`POSTGRES_PAY_AT_ONCE`]: `$1` the session,
+/// `$2` the payment's id, `$3` now, `$4` the shopper, `$5`/`$6` the shopper's mode and
+/// currency, `$7` the key, `$8` the claim.
+macro_rules! pay_chain {
+    () => {
+        "session AS ( \
         UPDATE checkout_sessions SET status = 'paid', payment_id = $2 \
          WHERE session_id = $1 AND status = 'open' AND expires_at > $3 \
         RETURNING shop_account_id, order_id, amount, currency, livemode, items, description), \
@@ -90,13 +89,80 @@ pub const POSTGRES_PAY: &str = "\
     credit AS ( \
         INSERT INTO unfolded_credits (payment_id, account_id, amount) \
         SELECT payment_id, shop_account_id, amount FROM payment \
-        RETURNING 1) \
+        RETURNING 1)"
+    };
+}
+
+/// A payment's whole change on PostgreSQL in one statement (one round trip instead of six):
+/// the session taken, the shopper's guarded debit, the payment, the transfer's two ledger rows
+/// and the shop's waiting credit, each step fed by the rows of the one before, so that a step
+/// that matches nothing leaves every later step nothing to write. The same guards as the
+/// statements above, spelled out again because a data-modifying `WITH` cannot call them; the
+/// caller checks what each step touched (see [`PaymentChange`]) and rolls back a change that
+/// went only part of the way. Livemode and currency must match the shopper's ($5, $6) or
+/// nothing is debited. The debit reads the session through subqueries, not a join, so that the
+/// shopper's row is found by its key: a join's plan may scan the table, and under a stream of
+/// payments a scan walks every dead version of the shoppers' rows.
+pub const POSTGRES_PAY: &str = concat!(
+    "WITH ",
+    pay_chain!(),
+    " \
     SELECT s.shop_account_id, s.order_id, s.amount, s.currency, s.livemode, s.items, \
            s.description, (SELECT balance FROM debit) AS balance, \
            (SELECT count(*) FROM payment) AS payments, \
            (SELECT count(*) FROM ledger) AS ledger_rows, \
            (SELECT count(*) FROM credit) AS credits \
-      FROM session s";
+      FROM session s"
+);
+
+/// What a keyed payment needs to know to be settled at once, in one read: the session, the
+/// shopper's balance, and the key as committed (a completed key is answered from here).
+pub const PAYMENT_OUTLOOK: &str = "\
+    SELECT s.status AS session_status, s.expires_at, s.shop_account_id, s.order_id, s.amount, \
+           s.currency, s.livemode, s.items, s.description, \
+           (SELECT balance FROM accounts WHERE account_id = $2) AS balance, \
+           k.request_hash, k.request_body, k.status, k.response_status, k.response_body, \
+           k.created_at \
+      FROM (VALUES (1)) AS one (n) \
+      LEFT JOIN checkout_sessions s ON s.session_id = $1 \
+      LEFT JOIN idempotency_keys k ON k.account_id = $2 AND k.idempotency_key = $3";
+
+/// The balance a payment's answer carries until the statement that debits knows it: that
+/// statement writes the balance after the debit in its place.
+pub const BALANCE_SENTINEL: i64 = i64::MIN;
+
+/// A keyed payment whole, on PostgreSQL, as ONE statement outside any transaction: the chain of
+/// [`POSTGRES_PAY`], the payment's event (`$12`…`$17`, [`POSTGRES_INSERT_EVENT`]'s), and the
+/// key inserted completed with its answer (`$9` the request's hash, `$10` its body, `$11` the
+/// answer with [`BALANCE_SENTINEL`] for the balance). All or nothing: the key's `claim_id`
+/// (NOT NULL) is the claim only if every step wrote what it must, so a chain broken anywhere
+/// (the session not open, the balance short, a mode or currency not the shopper's, the payment
+/// raced) fails the statement; and the key's plain insert fails on any row of the key there,
+/// live, expired or being claimed (after waiting for its claim, within the lock bound). Then
+/// nothing was written and the protocol's steps settle the request.
+pub static POSTGRES_PAY_AT_ONCE: LazyLock<String> = LazyLock::new(|| {
+    let event = replace_placeholders(POSTGRES_INSERT_EVENT, |n| format!("${}", n + 11));
+    format!(
+        "WITH {chain}, \
+         event AS ({event} RETURNING 1), \
+         keyed AS ( \
+            INSERT INTO idempotency_keys (account_id, idempotency_key, claim_id, request_hash, \
+                                          request_body, status, response_status, response_body, \
+                                          created_at) \
+            VALUES ($4, $7, \
+                    (SELECT $8::text FROM payment \
+                      WHERE (SELECT count(*) FROM ledger) = 2 \
+                        AND (SELECT count(*) FROM credit) = 1 \
+                        AND (SELECT count(*) FROM event) = 1), \
+                    $9, $10, 'done', 201, \
+                    replace($11, '\"balance\":{BALANCE_SENTINEL}', \
+                            '\"balance\":' || (SELECT balance FROM debit)), \
+                    $3) \
+            RETURNING response_body) \
+         SELECT response_body FROM keyed",
+        chain = pay_chain!(),
+    )
+});
 
 /// A payment as its shop sees it (refunds are the shop's).
 pub const PAYMENT_OF_SHOP: &str = "\
@@ -314,10 +380,24 @@ pub struct Payer<'a> {
     pub currency: &'a str,
 }
 
-impl Payer<'_> {
+impl<'a> Payer<'a> {
     /// Whether this shopper's money may pay the session: the same mode and currency.
     fn pays_in(&self, session: &TakenSession) -> bool {
         session.livemode == self.livemode && session.currency == self.currency
+    }
+
+    /// `$1`…`$8` of the payment's chain ([`POSTGRES_PAY`], [`POSTGRES_PAY_AT_ONCE`]).
+    fn chain_args(&self, claim: &'a Claim) -> [Arg<'a>; 8] {
+        [
+            Arg::Text(self.checkout_session_id),
+            Arg::Text(self.payment_id),
+            Arg::Int(claim.now_ms),
+            Arg::Text(self.shopper_account_id),
+            Arg::Int(i64::from(self.livemode)),
+            Arg::Text(self.currency),
+            Arg::Text(&claim.key),
+            Arg::Text(&claim.claim_id),
+        ]
     }
 }
 
@@ -335,6 +415,45 @@ pub enum PaymentChange {
     Raced,
     /// Paid in full: the session's terms and the shopper's balance after.
     Paid { session: TakenSession, balance: i64 },
+}
+
+/// A keyed payment as it stands before it is settled at once ([`PAYMENT_OUTLOOK`]).
+#[derive(Debug)]
+pub struct PaymentOutlook {
+    /// The session, if there is one: its status, its expiry, and its terms.
+    pub session: Option<(String, i64, TakenSession)>,
+    /// The shopper's balance.
+    pub balance: Option<i64>,
+    /// The key as committed, if any.
+    pub key: Option<KeyRecord>,
+}
+
+impl PaymentOutlook {
+    fn read(row: &dyn Row) -> Result<Self, RowError> {
+        let session = match row.opt_text("session_status")? {
+            Some(status) => Some((status, row.int("expires_at")?, TakenSession::read(row)?)),
+            None => None,
+        };
+        let key = match row.opt_text("request_hash")? {
+            Some(_) => Some(read_key(row)?),
+            None => None,
+        };
+        Ok(PaymentOutlook {
+            session,
+            balance: row.opt_int("balance")?,
+            key,
+        })
+    }
+}
+
+/// A keyed payment settled at once ([`Store::pay_at_once`]).
+pub struct PaymentAtOnce<'a> {
+    pub claim: &'a Claim,
+    pub payer: &'a Payer<'a>,
+    /// The answer to store under the key, its balance [`BALANCE_SENTINEL`].
+    pub answer: &'a str,
+    /// The payment's event for the session's shop.
+    pub event: &'a NewEvent<'a>,
 }
 
 pub struct NewRefund<'a> {
@@ -366,6 +485,71 @@ impl Store {
         let payment = payment.clone();
         let refunds = rows.into_iter().filter_map(|(_, refund)| refund).collect();
         Ok(Some((payment, refunds)))
+    }
+}
+
+impl Store {
+    /// Whether a payment can be settled at once here: PostgreSQL with named statements (see
+    /// [`super::PgStore::write_at_once`]).
+    pub fn pays_at_once(&self) -> bool {
+        matches!(self, Store::Postgres(store) if store.prepared())
+    }
+
+    /// The session, the shopper's balance and the key, in one read.
+    pub async fn payment_outlook(
+        &self,
+        session_id: &str,
+        shopper_account_id: &str,
+        key: &str,
+    ) -> Result<PaymentOutlook, StoreError> {
+        let rows = self
+            .read(
+                PAYMENT_OUTLOOK,
+                &[
+                    Arg::Text(session_id),
+                    Arg::Text(shopper_account_id),
+                    Arg::Text(key),
+                ],
+                PaymentOutlook::read,
+            )
+            .await?;
+        rows.into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Other("the payment's outlook read no row".into()))
+    }
+
+    /// The keyed payment whole, in one statement ([`POSTGRES_PAY_AT_ONCE`]): the answer stored
+    /// under the key, or `None` when nothing was written (the protocol's steps then decide).
+    pub async fn pay_at_once(
+        &self,
+        payment: &PaymentAtOnce<'_>,
+    ) -> Result<Option<StoredResponse>, StoreError> {
+        let Store::Postgres(store) = self else {
+            return Ok(None);
+        };
+        let (claim, payer, event) = (payment.claim, payment.payer, payment.event);
+        let mut args = payer.chain_args(claim).to_vec();
+        args.extend([
+            Arg::Text(&claim.request_hash),
+            Arg::Text(&claim.request_body),
+            Arg::Text(payment.answer),
+        ]);
+        args.extend(event.args());
+        let written = store
+            .write_at_once(&POSTGRES_PAY_AT_ONCE, &args, |row| {
+                row.text("response_body")
+            })
+            .await?;
+        match written {
+            AtOnceWrite::Committed(bodies) => match bodies.into_iter().next() {
+                Some(body) => Ok(Some(StoredResponse { status: 201, body })),
+                // Never expected: the key's insert returns its row or fails the statement.
+                None => Err(StoreError::Other(
+                    "a payment at once committed without its key".into(),
+                )),
+            },
+            AtOnceWrite::Refused => Ok(None),
+        }
     }
 }
 
@@ -439,30 +623,17 @@ impl Tx {
         payer: &Payer<'_>,
     ) -> Result<PaymentChange, StoreError> {
         let row = self
-            .fetch_optional(
-                POSTGRES_PAY,
-                &[
-                    Arg::Text(payer.checkout_session_id),
-                    Arg::Text(payer.payment_id),
-                    Arg::Int(claim.now_ms),
-                    Arg::Text(payer.shopper_account_id),
-                    Arg::Int(i64::from(payer.livemode)),
-                    Arg::Text(payer.currency),
-                    Arg::Text(&claim.key),
-                    Arg::Text(&claim.claim_id),
-                ],
-                |row| {
-                    Ok((
-                        TakenSession::read(row)?,
-                        row.opt_int("balance")?,
-                        [
-                            row.int("payments")?,
-                            row.int("ledger_rows")?,
-                            row.int("credits")?,
-                        ],
-                    ))
-                },
-            )
+            .fetch_optional(POSTGRES_PAY, &payer.chain_args(claim), |row| {
+                Ok((
+                    TakenSession::read(row)?,
+                    row.opt_int("balance")?,
+                    [
+                        row.int("payments")?,
+                        row.int("ledger_rows")?,
+                        row.int("credits")?,
+                    ],
+                ))
+            })
             .await?;
         let Some((session, balance, written)) = row else {
             return Ok(PaymentChange::SessionNotOpen);

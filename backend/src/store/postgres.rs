@@ -6,7 +6,9 @@
 //! duplicate replays its answer.
 //!
 //! Every statement costs the database about the same here, so a keyed request sends only what
-//! it needs: `BEGIN`, the claim (which also tells a replay), the change, the answer, `COMMIT`.
+//! it needs: `BEGIN`, the claim (which also tells a replay), the change, the answer, `COMMIT`;
+//! and a payment, where it can, one read and one statement outside any transaction
+//! ([`PgStore::write_at_once`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -186,6 +188,57 @@ impl PgStore {
         tx.commit().await.map_err(classify)?;
         Ok(rows)
     }
+}
+
+/// How an autocommit statement ([`PgStore::write_at_once`]) came out.
+pub enum AtOnceWrite<T> {
+    /// Committed: its rows.
+    Committed(Vec<T>),
+    /// The database refused it (a constraint, a lock not had within the bound, a lost race, a
+    /// standby): nothing of it was written.
+    Refused,
+}
+
+impl PgStore {
+    /// One statement outside any transaction, i.e. its own: all of it commits, or nothing. One
+    /// round trip once the connection has it prepared. Only where statements are named and kept
+    /// ([`PgStore::prepared`]): an unnamed one is parsed and run in two exchanges, which a
+    /// transaction pooler may give to two server connections. A failure that is not the
+    /// database's refusal leaves the outcome unknown ([`StoreError::InDoubt`]).
+    pub(super) async fn write_at_once<T>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        read: ReadRow<T>,
+    ) -> Result<AtOnceWrite<T>, StoreError> {
+        let rows = match bind(sqlx::query(sql).persistent(true), args)
+            .fetch_all(&self.pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(db)) if refused(db.code().as_deref()) => {
+                return Ok(AtOnceWrite::Refused);
+            }
+            Err(error @ (sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)) => {
+                return Err(classify(error));
+            }
+            Err(error) => return Err(StoreError::InDoubt(error.into())),
+        };
+        let rows = rows
+            .iter()
+            .map(|row| read(row).map_err(StoreError::Other))
+            .collect::<Result<_, _>>()?;
+        Ok(AtOnceWrite::Committed(rows))
+    }
+}
+
+/// Whether an error a statement got means its implicit transaction rolled back: any error the
+/// database answers, but a connection's end (class 08), an operator's intervention (57, e.g. a
+/// shutdown that may come after the commit) or an internal error, which leave it unknown.
+fn refused(code: Option<&str>) -> bool {
+    code.is_some_and(|code| {
+        !(code.starts_with("08") || code.starts_with("57") || code.starts_with("XX"))
+    })
 }
 
 /// A PostgreSQL transaction, with the writes it sends later than asked. A write whose only

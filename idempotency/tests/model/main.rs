@@ -9,7 +9,7 @@ mod world;
 
 use std::time::Duration;
 
-use checkout_idempotency::memory::{Engine, HolderRead};
+use checkout_idempotency::memory::{AtOnceInsert, Engine, HolderRead};
 use serde_json::json;
 
 use explorer::{Report, explore};
@@ -22,8 +22,11 @@ const B: usize = 1;
 fn check(name: &str, scenario: &Scenario) -> Report {
     let report = explore(|explorer| world::run(scenario, explorer));
     println!(
-        "{name} on {:?}: {} schedules, the longest {} choices deep",
-        scenario.engine, report.schedules, report.deepest
+        "{name} on {:?}{}: {} schedules, the longest {} choices deep",
+        scenario.engine,
+        if scenario.at_once { " at once" } else { "" },
+        report.schedules,
+        report.deepest
     );
     report
 }
@@ -46,14 +49,29 @@ fn pay(key: &'static str, n: u64, sends: &[usize]) -> ClientPlan {
     }
 }
 
-const ENGINES: [Engine; 2] = [Engine::Postgres, Engine::Sqlite];
+/// The stores a scenario runs on: PostgreSQL with the payment at once (as the checkout pays)
+/// and by the steps alone (as a refund, and a payment the at-once could not settle, go), and
+/// SQLite (the steps).
+const STORES: [(Engine, bool); 3] = [
+    (Engine::Postgres, true),
+    (Engine::Postgres, false),
+    (Engine::Sqlite, false),
+];
+
+fn scenario(store: (Engine, bool), instances: usize, clients: Vec<ClientPlan>) -> Scenario {
+    let (engine, at_once) = store;
+    Scenario {
+        at_once,
+        ..Scenario::new(engine, instances, clients)
+    }
+}
 
 /// A shopper's click, resent after no answer (to another instance, then back), while an
 /// instance may crash, an answer be lost and a wait run out.
 #[test]
 fn a_request_resent_anywhere_takes_effect_once() {
-    for engine in ENGINES {
-        let mut scenario = Scenario::new(engine, 2, vec![pay("k1", 1, &[A, B, A])]);
+    for store in STORES {
+        let mut scenario = scenario(store, 2, vec![pay("k1", 1, &[A, B, A])]);
         scenario.budget = Budget {
             crashes: 1,
             lost_answers: 1,
@@ -68,9 +86,9 @@ fn a_request_resent_anywhere_takes_effect_once() {
 /// third on another instance.
 #[test]
 fn copies_sent_at_once_take_effect_once() {
-    for engine in ENGINES {
-        let mut scenario = Scenario::new(
-            engine,
+    for store in STORES {
+        let mut scenario = scenario(
+            store,
             2,
             vec![pay("k1", 1, &[A]), pay("k1", 1, &[A]), pay("k1", 1, &[B])],
         );
@@ -87,12 +105,8 @@ fn copies_sent_at_once_take_effect_once() {
 /// a reuse, and no answer says otherwise.
 #[test]
 fn a_key_reused_for_another_request_is_refused() {
-    for engine in ENGINES {
-        let mut scenario = Scenario::new(
-            engine,
-            2,
-            vec![pay("k1", 1, &[A, B]), pay("k1", 2, &[B, A])],
-        );
+    for store in STORES {
+        let mut scenario = scenario(store, 2, vec![pay("k1", 1, &[A, B]), pay("k1", 2, &[B, A])]);
         scenario.budget = Budget {
             lock_bounds: 1,
             ..Budget::default()
@@ -103,12 +117,8 @@ fn a_key_reused_for_another_request_is_refused() {
 
 /// A key whose lifetime has passed is a new key: a request under it takes effect (once, however
 /// its copies race), whether the sweeper has deleted it or not.
-fn expired_key_taken_over(engine: Engine, holder_read: HolderRead) -> Scenario {
-    let mut scenario = Scenario::new(
-        engine,
-        2,
-        vec![pay("k1", 2, &[A, A]), pay("k1", 2, &[B, B])],
-    );
+fn expired_key_taken_over(store: (Engine, bool), holder_read: HolderRead) -> Scenario {
+    let mut scenario = scenario(store, 2, vec![pay("k1", 2, &[A, A]), pay("k1", 2, &[B, B])]);
     scenario.holder_read = holder_read;
     scenario.earlier = vec![EarlierKey {
         key: "k1",
@@ -125,17 +135,17 @@ fn expired_key_taken_over(engine: Engine, holder_read: HolderRead) -> Scenario {
 
 #[test]
 fn an_expired_key_is_taken_over_once() {
-    for engine in ENGINES {
+    for store in STORES {
         holds(
             "an expired key taken over",
-            &expired_key_taken_over(engine, HolderRead::Live),
+            &expired_key_taken_over(store, HolderRead::Live),
         );
     }
 }
 
 /// Keys expire and are swept while requests under them run, answers are lost and resent.
-fn expiring_while_running(engine: Engine) -> Scenario {
-    let mut scenario = Scenario::new(engine, 2, vec![pay("k1", 1, &[A, B]), pay("k1", 1, &[B])]);
+fn expiring_while_running(store: (Engine, bool)) -> Scenario {
+    let mut scenario = scenario(store, 2, vec![pay("k1", 1, &[A, B]), pay("k1", 1, &[B])]);
     scenario.budget = Budget {
         expiries: 1,
         sweeps: 1,
@@ -147,10 +157,10 @@ fn expiring_while_running(engine: Engine) -> Scenario {
 
 #[test]
 fn keys_expire_and_are_swept_while_their_requests_run() {
-    for engine in ENGINES {
+    for store in STORES {
         holds(
             "keys expire while their requests run",
-            &expiring_while_running(engine),
+            &expiring_while_running(store),
         );
     }
 }
@@ -161,7 +171,7 @@ fn keys_expire_and_are_swept_while_their_requests_run() {
 /// request timeout (30 s against a 24 h lifetime) is what rules that out.
 #[test]
 fn without_the_request_bound_a_copy_stalled_past_the_keys_lifetime_runs_again() {
-    let mut scenario = expiring_while_running(Engine::Postgres);
+    let mut scenario = expiring_while_running((Engine::Postgres, false));
     scenario.request_bound = false;
     let report = check("a copy stalled past the key's lifetime", &scenario);
     let violation = report.violation.expect("the model missed the stalled copy");
@@ -174,7 +184,7 @@ fn without_the_request_bound_a_copy_stalled_past_the_keys_lifetime_runs_again() 
 /// and prints the schedule.
 #[test]
 fn finds_the_expired_key_takeover_defect_when_its_fix_is_reverted() {
-    let scenario = expired_key_taken_over(Engine::Postgres, HolderRead::AsOfSnapshot);
+    let scenario = expired_key_taken_over((Engine::Postgres, false), HolderRead::AsOfSnapshot);
     let report = check("the takeover defect", &scenario);
     let violation = report
         .violation
@@ -184,4 +194,22 @@ fn finds_the_expired_key_takeover_defect_when_its_fix_is_reverted() {
         violation.what.contains("another request") || violation.what.contains("before it sent"),
         "another violation than the defect's: {violation}"
     );
+}
+
+/// The checker reaches the payment at once too: with its key inserted over whatever is there
+/// (no wait for a claim in flight, no failure on a row), it finds the copy that runs twice.
+#[test]
+fn finds_an_at_once_insert_that_overwrites_the_key() {
+    let mut scenario = scenario(
+        (Engine::Postgres, true),
+        2,
+        vec![pay("k1", 1, &[A]), pay("k1", 1, &[B])],
+    );
+    scenario.at_once_insert = AtOnceInsert::Overwrites;
+    let report = check("an at-once insert that overwrites", &scenario);
+    let violation = report
+        .violation
+        .expect("the model missed the overwriting insert");
+    println!("found, schedule {}: {violation}", report.schedules);
+    assert!(violation.what.contains("took effect twice"), "{violation}");
 }

@@ -14,10 +14,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use checkout_idempotency::memory::{
-    Engine, HolderRead, KeyRow, MemoryError, MemoryStore, MemoryTx, Statement, Turns,
+    AtOnceInsert, Engine, HolderRead, KeyRow, MemoryError, MemoryStore, MemoryTx, Statement, Turns,
 };
 use checkout_idempotency::{
-    Claim, Clock, Decision, Fingerprint, KeyedRequest, Operation, Outcome, Protocol,
+    AtOnce, Claim, Clock, Decision, Fingerprint, KeyedRequest, Operation, Outcome, Protocol,
     StoredResponse, canonical_json,
 };
 use serde_json::Value;
@@ -65,6 +65,7 @@ pub struct EarlierKey {
 pub struct Scenario {
     pub engine: Engine,
     pub holder_read: HolderRead,
+    pub at_once_insert: AtOnceInsert,
     pub instances: usize,
     pub clients: Vec<ClientPlan>,
     pub earlier: Vec<EarlierKey>,
@@ -73,6 +74,9 @@ pub struct Scenario {
     /// `REQUEST_TIMEOUT`, 30 s, against 24 h): so when a lifetime passes, every request then in
     /// flight has been cut, its transaction rolled back, its client left without an answer.
     pub request_bound: bool,
+    /// The payment settles at once where it can (PostgreSQL's one statement), the steps
+    /// settling whatever it could not; or it always takes the steps.
+    pub at_once: bool,
 }
 
 impl Scenario {
@@ -80,11 +84,13 @@ impl Scenario {
         Scenario {
             engine,
             holder_read: HolderRead::Live,
+            at_once_insert: AtOnceInsert::Plain,
             instances,
             clients,
             earlier: Vec::new(),
             budget: Budget::default(),
             request_bound: true,
+            at_once: false,
         }
     }
 }
@@ -190,9 +196,11 @@ impl ModelTurns {
     }
 }
 
-/// The business change: one effect, whose number is the answer.
+/// The business change: one effect, whose number is the answer. With a store, it tries the
+/// whole keyed step at once first.
 struct Pay {
     task: u64,
+    at_once: Option<MemoryStore>,
 }
 
 impl Operation<MemoryTx> for Pay {
@@ -200,10 +208,25 @@ impl Operation<MemoryTx> for Pay {
 
     async fn apply(&self, tx: &mut MemoryTx, claim: &Claim) -> Result<Decision, MemoryError> {
         let effect = tx.record_effect(claim, task_note(self.task)).await;
-        Ok(Decision::Respond(StoredResponse {
-            status: 201,
-            body: format!("{{\"effect\":{effect}}}"),
-        }))
+        Ok(Decision::Respond(answer(effect)))
+    }
+
+    async fn at_once(&self, claim: &Claim, expired_before_ms: i64) -> Result<AtOnce, MemoryError> {
+        match &self.at_once {
+            Some(store) => {
+                store
+                    .at_once(claim, expired_before_ms, task_note(self.task), answer)
+                    .await
+            }
+            None => Ok(AtOnce::NotDone),
+        }
+    }
+}
+
+fn answer(effect: u64) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        body: format!("{{\"effect\":{effect}}}"),
     }
 }
 
@@ -267,6 +290,7 @@ impl<'a> World<'a> {
         let turns = ModelTurns::default();
         let store = MemoryStore::builder(scenario.engine)
             .holder_read(scenario.holder_read)
+            .at_once_insert(scenario.at_once_insert)
             .lock_bound(LOCK_BOUND)
             .clock(Arc::new(clock.clone()))
             .turns(Arc::new(turns.clone()))
@@ -438,6 +462,7 @@ impl<'a> World<'a> {
         self.next_task += 1;
         let (protocol, store) = (self.instances[instance].clone(), self.store.clone());
         let (key, body) = (plan.key, plan.body.clone());
+        let at_once = self.scenario.at_once.then(|| store.clone());
         let execution: Execution = Box::pin(async move {
             let request = KeyedRequest {
                 scope: SCOPE,
@@ -446,7 +471,9 @@ impl<'a> World<'a> {
                 route: ROUTE,
                 body: &body,
             };
-            protocol.execute(&store, request, Pay { task: id }).await
+            protocol
+                .execute(&store, request, Pay { task: id, at_once })
+                .await
         });
         self.tasks.insert(
             id,
