@@ -547,7 +547,15 @@ async fn storm(target: &Target, numbers: &mut SessionNumbers) -> Storm {
             Ok(a) if a.status == StatusCode::CREATED && a.replayed() => replays += 1,
             Ok(a) if a.status == StatusCode::CREATED => firsts += 1,
             Ok(a) if a.status == StatusCode::CONFLICT => in_use += 1,
-            other => panic!("storm: unexpected answer {other:?}"),
+            other => {
+                let log = server.log();
+                let said: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("ERROR"))
+                    .take(5)
+                    .collect();
+                panic!("storm: unexpected answer {other:?}; the server said: {said:#?}")
+            }
         }
     }
     let debits = db.scalar("SELECT COUNT(*) FROM payments").await - before;
