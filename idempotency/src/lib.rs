@@ -167,7 +167,8 @@ pub trait Classify {
 pub enum AtOnce {
     /// Claimed, changed, answered and committed, all in one atomic write: this answer.
     Done(StoredResponse),
-    /// Nothing written: a live key holds the claim, completed, as committed (read, not locked).
+    /// Nothing written: the key was found as committed (read, not locked). The protocol answers
+    /// from it if it is completed and live; otherwise the steps run.
     Held(KeyRecord),
     /// Nothing written; the steps settle the request (a decline, a race, a key in flight or
     /// expired, a store that cannot).
@@ -190,11 +191,7 @@ pub trait Operation<Tx>: Send + Sync + 'static {
     /// all of it commits, under `claim`, only if the key is new; or nothing does and the steps
     /// run. An error means the write's outcome is unknown (it may have committed). Most
     /// operations cannot: they answer [`AtOnce::NotDone`].
-    fn at_once(
-        &self,
-        _claim: &Claim,
-        _expired_before_ms: i64,
-    ) -> impl Future<Output = Result<AtOnce, Self::Error>> + Send {
+    fn at_once(&self, _claim: &Claim) -> impl Future<Output = Result<AtOnce, Self::Error>> + Send {
         std::future::ready(Ok(AtOnce::NotDone))
     }
 }
@@ -487,7 +484,7 @@ impl Protocol {
             let expired_before_ms = now_ms.saturating_sub(self.ttl_ms());
             // 1–5 at once where the operation can; the steps below settle whatever it could not.
             if attempt == 0 && !self.hooks.steps_only() {
-                match operation.at_once(&claim, expired_before_ms).await? {
+                match operation.at_once(&claim).await? {
                     AtOnce::Done(response) => {
                         return Ok(Outcome::Executed {
                             response,

@@ -274,7 +274,7 @@ impl MemoryStore {
     }
 
     /// The whole keyed step as PostgreSQL's one statement does it (the checkout's payment at
-    /// once): a read of the key as committed (a live, completed key answers from there), then
+    /// once): a read of the key as committed (any row found is [`AtOnce::Held`]), then
     /// ONE statement that inserts the key completed with `respond(effect)` and the effect, and
     /// commits. Its plain insert waits for a transaction that holds the key's row, and fails on
     /// any row there (a unique violation), or past the bound: then nothing is written and the
@@ -282,7 +282,6 @@ impl MemoryStore {
     pub async fn at_once(
         &self,
         claim: &Claim,
-        expired_before_ms: i64,
         note: String,
         respond: impl FnOnce(u64) -> StoredResponse + Send,
     ) -> Result<AtOnce, MemoryError> {
@@ -291,12 +290,8 @@ impl MemoryStore {
         }
         let id = key_id(&claim.scope, &claim.key);
         self.shared.turns.turn(Statement::Read).await;
-        match self.key(&claim.scope, &claim.key) {
-            Some(row) if row.created_at_ms >= expired_before_ms && row.response.is_some() => {
-                return Ok(AtOnce::Held(row.record()));
-            }
-            Some(_) => return Ok(AtOnce::NotDone),
-            None => {}
+        if let Some(row) = self.key(&claim.scope, &claim.key) {
+            return Ok(AtOnce::Held(row.record()));
         }
         self.shared.turns.turn(Statement::AtOnce).await;
         // Its own transaction, for the row lock it may wait on; dropped at the end (committed

@@ -139,11 +139,7 @@ impl Operation<Tx> for Charge {
     /// take 5; a completed key is answered from the read. Anything else (a decline, a key in
     /// flight or expired, a session raced meanwhile) is the steps' to settle: nothing is
     /// written here then.
-    async fn at_once(
-        &self,
-        claim: &Claim,
-        expired_before_ms: i64,
-    ) -> Result<AtOnce, OperationError> {
+    async fn at_once(&self, claim: &Claim) -> Result<AtOnce, OperationError> {
         if !self.store.pays_at_once() {
             return Ok(AtOnce::NotDone);
         }
@@ -153,27 +149,30 @@ impl Operation<Tx> for Charge {
             .payment_outlook(&self.checkout_session_id, shopper, &claim.key)
             .await?;
         if let Some(key) = outlook.key {
-            let completed = key.response.is_some() && key.created_at_ms >= expired_before_ms;
-            return Ok(if completed {
-                AtOnce::Held(key)
-            } else {
-                AtOnce::NotDone
-            });
+            return Ok(AtOnce::Held(key));
         }
         let Some((status, expires_at, session)) = outlook.session else {
             return Ok(AtOnce::NotDone);
         };
+        let payment_id = ids::new_id("pay_");
+        let payer = Payer {
+            payment_id: &payment_id,
+            checkout_session_id: &self.checkout_session_id,
+            shopper_account_id: shopper,
+            livemode: self.livemode,
+            currency: &self.currency,
+        };
+        // The statement's own guards, read first: what would fail it goes to the steps now.
         let payable = status == "open"
             && expires_at > claim.now_ms
-            && session.livemode == self.livemode
-            && session.currency == self.currency
+            && payer.pays_in(&session)
             && outlook
                 .balance
                 .is_some_and(|balance| balance >= session.amount);
         if !payable {
             return Ok(AtOnce::NotDone);
         }
-        let payment = self.payment(ids::new_id("pay_"), &session, claim.now_ms);
+        let payment = self.payment(payment_id.clone(), &session, claim.now_ms);
         let lines = events::Lines {
             items: &session.items,
             description: session.description.as_deref(),
@@ -188,13 +187,7 @@ impl Operation<Tx> for Charge {
             .store
             .pay_at_once(&PaymentAtOnce {
                 claim,
-                payer: &Payer {
-                    payment_id: &payment.payment_id,
-                    checkout_session_id: &self.checkout_session_id,
-                    shopper_account_id: shopper,
-                    livemode: self.livemode,
-                    currency: &self.currency,
-                },
+                payer: &payer,
                 answer: &answer.body,
                 event: &event.for_shop(&session.shop_account_id),
             })

@@ -382,7 +382,7 @@ pub struct Payer<'a> {
 
 impl<'a> Payer<'a> {
     /// Whether this shopper's money may pay the session: the same mode and currency.
-    fn pays_in(&self, session: &TakenSession) -> bool {
+    pub fn pays_in(&self, session: &TakenSession) -> bool {
         session.livemode == self.livemode && session.currency == self.currency
     }
 

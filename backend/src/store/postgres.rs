@@ -211,10 +211,7 @@ impl PgStore {
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<AtOnceWrite<T>, StoreError> {
-        let rows = match bind(sqlx::query(sql).persistent(true), args)
-            .fetch_all(&self.pool)
-            .await
-        {
+        let rows = match fetch_rows(&self.pool, sql, args, true).await {
             Ok(rows) => rows,
             Err(sqlx::Error::Database(db)) if refused(db.code().as_deref()) => {
                 return Ok(AtOnceWrite::Refused);
@@ -224,11 +221,7 @@ impl PgStore {
             }
             Err(error) => return Err(StoreError::InDoubt(error.into())),
         };
-        let rows = rows
-            .iter()
-            .map(|row| read(row).map_err(StoreError::Other))
-            .collect::<Result<_, _>>()?;
-        Ok(AtOnceWrite::Committed(rows))
+        Ok(AtOnceWrite::Committed(read_rows(&rows, read)?))
     }
 }
 
@@ -370,10 +363,25 @@ pub async fn fetch_all<'c, T>(
     read: ReadRow<T>,
     prepared: bool,
 ) -> Result<Vec<T>, StoreError> {
-    let rows = bind(sqlx::query(sql).persistent(prepared), args)
-        .fetch_all(conn)
+    let rows = fetch_rows(conn, sql, args, prepared)
         .await
         .map_err(classify)?;
+    read_rows(&rows, read)
+}
+
+/// The rows of `sql`, the driver's error as it came (for a caller that must tell its kinds).
+async fn fetch_rows<'c>(
+    conn: impl PgExecutor<'c>,
+    sql: &str,
+    args: &[Arg<'_>],
+    prepared: bool,
+) -> Result<Vec<PgRow>, sqlx::Error> {
+    bind(sqlx::query(sql).persistent(prepared), args)
+        .fetch_all(conn)
+        .await
+}
+
+fn read_rows<T>(rows: &[PgRow], read: ReadRow<T>) -> Result<Vec<T>, StoreError> {
     rows.iter()
         .map(|row| read(row).map_err(StoreError::Other))
         .collect()

@@ -211,13 +211,9 @@ impl Operation<MemoryTx> for Pay {
         Ok(Decision::Respond(answer(effect)))
     }
 
-    async fn at_once(&self, claim: &Claim, expired_before_ms: i64) -> Result<AtOnce, MemoryError> {
+    async fn at_once(&self, claim: &Claim) -> Result<AtOnce, MemoryError> {
         match &self.at_once {
-            Some(store) => {
-                store
-                    .at_once(claim, expired_before_ms, task_note(self.task), answer)
-                    .await
-            }
+            Some(store) => store.at_once(claim, task_note(self.task), answer).await,
             None => Ok(AtOnce::NotDone),
         }
     }
