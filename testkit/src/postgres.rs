@@ -1,9 +1,10 @@
 //! A throwaway PostgreSQL cluster for one test binary: initdb + pg_ctl in a temp dir, on a free
 //! port, as the `postgres` user when the tests run as root. A missing PostgreSQL fails loudly.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 pub struct Cluster {
     pub port: u16,
@@ -99,10 +100,19 @@ pub fn stable_port() -> u16 {
     let span = u32::from(low.saturating_sub(10_000).max(1));
     loop {
         let port = 10_000 + (uuid::Uuid::new_v4().as_u128() % u128::from(span)) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() && first_hand_out(port) {
             return port;
         }
     }
+}
+
+/// Whether `port` was never handed out before in this process. A port is free when it is picked
+/// but bound only later by the process it is for; until then a second pick (the next etcd member,
+/// a test running beside) would find it free too, and one of the two listeners would die on
+/// "address already in use" (an etcd member did: a cluster of two never elected a leader).
+fn first_hand_out(port: u16) -> bool {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    HANDED_OUT.lock().unwrap().insert(port)
 }
 
 /// SIGKILL to the postmaster of the cluster in `data` and every process under it at once.
@@ -144,12 +154,18 @@ pub(crate) async fn create_database(url: impl Fn(&str) -> String) -> String {
     url(&name)
 }
 
+/// A free port the kernel picks, never one handed out before in this process.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if first_hand_out(port) {
+            return port;
+        }
+    }
 }
 
 /// A directory the cluster's user owns, removed by the cluster's watcher.
