@@ -150,13 +150,23 @@ async fn schema_is_current(pool: &PgPool) -> Result<(), ConnectError> {
 }
 
 impl PgStore {
+    /// A transaction on a pooled connection. Its caller may be dropped at any await (a client
+    /// that goes away drops its request's future): the `BEGIN` is then finished by a task of
+    /// its own, which drops the transaction it got, and that rolls it back. sqlx 0.8's `begin`
+    /// dropped while its `BEGIN` is on the wire gives the connection back to the pool inside
+    /// that transaction (sqlx issue #4393): the next borrower's autocommit statements ran in it,
+    /// uncommitted, and after its first error every statement on the connection failed.
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        let begun = match &self.begin_pooled {
-            None => self.pool.begin().await,
-            Some(begin) => self.pool.begin_with(begin.clone()).await,
-        };
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        let _waiting = Waiting::count(&self.waiting);
+        let (pool, begin) = (self.pool.clone(), self.begin_pooled.clone());
+        let begun = tokio::spawn(async move {
+            match begin {
+                None => pool.begin().await,
+                Some(begin) => pool.begin_with(begin).await,
+            }
+        })
+        .await
+        .map_err(|panicked| StoreError::Other(panicked.into()))?;
         begun.map_err(classify)
     }
 
@@ -187,6 +197,23 @@ impl PgStore {
         let rows = fetch_all(&mut *tx, sql, args, read, false).await?;
         tx.commit().await.map_err(classify)?;
         Ok(rows)
+    }
+}
+
+/// One transaction waiting for a connection, counted for as long as this lives (a dropped
+/// caller stops waiting too).
+struct Waiting<'a>(&'a AtomicU64);
+
+impl<'a> Waiting<'a> {
+    fn count(waiting: &'a AtomicU64) -> Waiting<'a> {
+        waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -1001,3 +1001,98 @@ mod another_instance {
             .await
     }
 }
+
+/// A unit of work dropped wherever it is (a client that goes away: wrk ending a run, a shopper
+/// closing the tab) must not leave its pooled connection inside a transaction. Dropped while
+/// its `BEGIN` was on the wire, sqlx 0.8 gave the connection back to the pool in it: the next
+/// unit's statements ran inside that transaction, an autocommit statement's write was not
+/// committed though it had been answered, and after the first error every statement on the
+/// connection failed ("current transaction is aborted": the bench's `500`s). PostgreSQL
+/// behind a slow link, one pooled connection, so that the `BEGIN` is seen arriving at the
+/// database before its answer reaches the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
+    let (db, direct) = setup(Backend::Postgres).await;
+    drop(direct);
+    let port: u16 = db
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let link = checkout_testkit::slow_link::SlowLink::start(port, Duration::from_millis(300)).await;
+    let via_link = db
+        .url
+        .replacen(&format!(":{port}/"), &format!(":{}/", link.port), 1);
+    let settings = StoreSettings {
+        pool_size: 1,
+        lock_timeout: LOCK_TIMEOUT,
+        sqlite_batch: 64,
+        exclusive: false,
+        sqlite_max_size_kib: None,
+        pooling: Pooling::Direct,
+        after_sqlite_commit: Default::default(),
+    };
+    let store = Store::connect(&via_link, settings).await.unwrap();
+    let in_transaction = "SELECT COUNT(*) FROM pg_stat_activity \
+                           WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                             AND state LIKE 'idle in transaction%'";
+    assert_eq!(db.scalar(in_transaction).await, 0);
+
+    let leaving = tokio::spawn({
+        let store = store.clone();
+        async move { store.write(|_| Box::pin(async { Ok(()) })).await }
+    });
+    checkout_testkit::wait_until(
+        "the BEGIN reached the database",
+        Duration::from_secs(10),
+        || async { db.scalar(in_transaction).await == 1 },
+    )
+    .await;
+    assert!(!leaving.is_finished(), "its answer is still on the link");
+    leaving.abort();
+    assert!(leaving.await.unwrap_err().is_cancelled());
+    // Its transaction ends once the `BEGIN`'s answer is back (a round trip: 0.6 s), before the
+    // connection is lent again: an autocommit statement (a read, a payment at once) must not
+    // run inside it.
+    checkout_testkit::wait_until(
+        "the dropped unit's transaction is rolled back",
+        Duration::from_secs(5),
+        || async { db.scalar(in_transaction).await == 0 },
+    )
+    .await;
+
+    // The next unit gets the pool's one connection: what it commits is committed.
+    store
+        .write(|tx| {
+            Box::pin(async move {
+                tx.insert_ledger(&LedgerEntry {
+                    account_id: "acc_a",
+                    amount: 1,
+                    kind: EntryKind::Opening,
+                    claim: None,
+                    payment_id: None,
+                    refund_id: None,
+                    created_at: now_ms(),
+                })
+                .await
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM ledger WHERE account_id = 'acc_a'")
+            .await,
+        1,
+        "the unit's write is committed"
+    );
+    assert_eq!(
+        db.scalar(in_transaction).await,
+        0,
+        "no transaction is left open"
+    );
+}
