@@ -57,6 +57,10 @@ struct Args {
     /// Where `--dashboard` writes its tables.
     #[arg(long, default_value = "bench/dashboard.md")]
     dashboard_out: String,
+    /// Rounds of the goals' side-by-side runs at 32 clients (keyed service, un-keyed service,
+    /// pgbench's 11 statements); each ratio is the median of its rounds.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
     /// Where `--verify-cost` writes its table.
     #[arg(long, default_value = "bench/verify-cost.md")]
     verify_out: String,
@@ -374,73 +378,26 @@ async fn main() {
         runs: Vec::new(),
     })
     .collect();
+    let mut bench = Bench {
+        pg: &pg,
+        group: &group,
+        single: &single,
+        cluster,
+        limit_url: &limit_url,
+        limit_db: &limit_db,
+        executed: &executed,
+        pool,
+        numbers,
+        dir: d,
+    };
     for &clients in &args.levels {
-        let s = args.seconds;
         for series in &mut series {
-            let run = match series.workload {
-                Workload::PgbenchKeyed | Workload::PgbenchEleven | Workload::PgbenchUnkeyed => {
-                    let runners = clients.min(pool);
-                    let span = span(s, runners);
-                    let count = span * runners as u64;
-                    let first = numbers.take(count);
-                    setup::sessions(&limit_url, Backend::Postgres, first, count, false).await;
-                    let transaction = match series.workload {
-                        Workload::PgbenchKeyed => transactions::keyed_transaction(),
-                        Workload::PgbenchEleven => {
-                            transactions::ELEVEN_STATEMENT_TRANSACTION.to_owned()
-                        }
-                        _ => transactions::unkeyed_transaction(),
-                    };
-                    load::pgbench(
-                        cluster.port,
-                        &limit_db,
-                        &transaction,
-                        ACCOUNTS,
-                        runners,
-                        (first, span),
-                        s,
-                        d,
-                    )
-                }
-                Workload::Keyed => pg.pay_fresh(&mut numbers, KEYED, clients, s, d).await,
-                Workload::OneShop => pg.pay_fresh(&mut numbers, ONE_SHOP, clients, s, d).await,
-                Workload::Unkeyed => pg.pay_fresh(&mut numbers, UNKEYED, clients, s, d).await,
-                Workload::Replays => load::wrk(
-                    &pg.server.base,
-                    &Requests::Replays {
-                        tokens_keys_sessions: &executed,
-                    },
-                    clients,
-                    s,
-                    d,
-                ),
-                Workload::SqliteLoop => {
-                    let d = d.to_owned();
-                    tokio::task::spawn_blocking(move || sqlite_loop::run(&d, ACCOUNTS, s))
-                        .await
-                        .unwrap()
-                }
-                Workload::SqliteGroupCommit => {
-                    group.pay_fresh(&mut numbers, KEYED, clients, s, d).await
-                }
-                Workload::SqliteOneShop => {
-                    group.pay_fresh(&mut numbers, ONE_SHOP, clients, s, d).await
-                }
-                Workload::SqliteCommitPerRequest => {
-                    single.pay_fresh(&mut numbers, KEYED, clients, s, d).await
-                }
-            };
-            eprintln!(
-                "{clients:>4} clients  {:<66} {:>8.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
-                series.workload.name(),
-                run.throughput(),
-                run.p50_ms,
-                run.p99_ms,
-                run.errors
-            );
+            let run = bench.run(series.workload, clients, args.seconds).await;
             series.runs.push((clients, run));
         }
     }
+    let goals = bench.goal_pairs(args.pairs, args.seconds).await;
+    let mut numbers = bench.numbers;
 
     let storms = vec![
         ("PostgreSQL", storm(&pg, &mut numbers).await),
@@ -458,6 +415,7 @@ async fn main() {
             seconds: args.seconds,
         },
         &series,
+        &goals,
         &storms,
         &peak_rss,
     );
@@ -468,6 +426,138 @@ async fn main() {
     }
     eprintln!("invariants hold on the three databases");
 }
+
+/// Everything a measured run needs.
+struct Bench<'a> {
+    pg: &'a Target,
+    group: &'a Target,
+    single: &'a Target,
+    cluster: &'static checkout_testkit::postgres::Cluster,
+    limit_url: &'a str,
+    limit_db: &'a str,
+    executed: &'a [(String, String, String)],
+    /// pgbench's connections at most (the server's pool).
+    pool: usize,
+    numbers: SessionNumbers,
+    dir: &'a std::path::Path,
+}
+
+impl Bench<'_> {
+    /// One run of `workload` at `clients` for `seconds`, printed as it ends.
+    async fn run(&mut self, workload: Workload, clients: usize, seconds: u64) -> Run {
+        let (s, d) = (seconds, self.dir);
+        let numbers = &mut self.numbers;
+        let run = match workload {
+            Workload::PgbenchKeyed | Workload::PgbenchEleven | Workload::PgbenchUnkeyed => {
+                let runners = clients.min(self.pool);
+                let span = span(s, runners);
+                let count = span * runners as u64;
+                let first = numbers.take(count);
+                setup::sessions(self.limit_url, Backend::Postgres, first, count, false).await;
+                let transaction = match workload {
+                    Workload::PgbenchKeyed => transactions::keyed_transaction(),
+                    Workload::PgbenchEleven => {
+                        transactions::ELEVEN_STATEMENT_TRANSACTION.to_owned()
+                    }
+                    _ => transactions::unkeyed_transaction(),
+                };
+                load::pgbench(
+                    self.cluster.port,
+                    self.limit_db,
+                    &transaction,
+                    ACCOUNTS,
+                    runners,
+                    (first, span),
+                    s,
+                    d,
+                )
+            }
+            Workload::Keyed => self.pg.pay_fresh(numbers, KEYED, clients, s, d).await,
+            Workload::OneShop => self.pg.pay_fresh(numbers, ONE_SHOP, clients, s, d).await,
+            Workload::Unkeyed => self.pg.pay_fresh(numbers, UNKEYED, clients, s, d).await,
+            Workload::Replays => load::wrk(
+                &self.pg.server.base,
+                &Requests::Replays {
+                    tokens_keys_sessions: self.executed,
+                },
+                clients,
+                s,
+                d,
+            ),
+            Workload::SqliteLoop => {
+                let d = d.to_owned();
+                tokio::task::spawn_blocking(move || sqlite_loop::run(&d, ACCOUNTS, s))
+                    .await
+                    .unwrap()
+            }
+            Workload::SqliteGroupCommit => {
+                self.group.pay_fresh(numbers, KEYED, clients, s, d).await
+            }
+            Workload::SqliteOneShop => self.group.pay_fresh(numbers, ONE_SHOP, clients, s, d).await,
+            Workload::SqliteCommitPerRequest => {
+                self.single.pay_fresh(numbers, KEYED, clients, s, d).await
+            }
+        };
+        eprintln!(
+            "{clients:>4} clients  {:<66} {:>8.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
+            workload.name(),
+            run.throughput(),
+            run.p50_ms,
+            run.p99_ms,
+            run.errors
+        );
+        let server = match workload {
+            Workload::Keyed | Workload::OneShop | Workload::Unkeyed | Workload::Replays => {
+                Some(&self.pg.server)
+            }
+            Workload::SqliteGroupCommit | Workload::SqliteOneShop => Some(&self.group.server),
+            Workload::SqliteCommitPerRequest => Some(&self.single.server),
+            _ => None,
+        };
+        if let Some(server) = server.filter(|_| run.errors > 0) {
+            let log = server.log();
+            let said: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+                .collect();
+            eprintln!(
+                "the server's last errors and warnings: {:#?}",
+                &said[said.len().saturating_sub(8)..]
+            );
+        }
+        run
+    }
+
+    /// The goals' ratios at [`GOAL_CLIENTS`], each from `pairs` rounds of runs made one right
+    /// after the other, in an order that turns round every round (the keyed service first, then
+    /// last), so that neither side always runs on a warmer or a busier machine.
+    async fn goal_pairs(&mut self, pairs: usize, seconds: u64) -> report::Goals {
+        let mut rounds = Vec::new();
+        for round in 0..pairs {
+            let mut order = [Workload::Keyed, Workload::Unkeyed, Workload::PgbenchEleven];
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            let mut runs = Vec::new();
+            for workload in order {
+                runs.push((workload, self.run(workload, GOAL_CLIENTS, seconds).await));
+            }
+            let of = |w: Workload| runs.iter().find(|(x, _)| *x == w).unwrap().1.clone();
+            rounds.push(report::Round {
+                keyed: of(Workload::Keyed),
+                unkeyed: of(Workload::Unkeyed),
+                eleven: of(Workload::PgbenchEleven),
+            });
+        }
+        report::Goals {
+            clients: GOAL_CLIENTS,
+            rounds,
+        }
+    }
+}
+
+/// The concurrency the goals are stated at.
+const GOAL_CLIENTS: usize = 32;
 
 /// Pays `n` fresh sessions once each, to be replayed: (token, key, session id).
 async fn execute_keys(

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use plotters::prelude::*;
 
+use crate::load::Run;
 use crate::{Series, Storm, Workload};
 
 /// Facts about the code's statements and what profiling it showed, kept with the figures.
@@ -26,7 +27,106 @@ pub struct Context<'a> {
     pub seconds: u64,
 }
 
-fn run_of(series: &[Series], workload: Workload, clients: usize) -> Option<&crate::load::Run> {
+/// One round of the goals' runs, made one right after the other.
+pub struct Round {
+    pub keyed: Run,
+    pub unkeyed: Run,
+    pub eleven: Run,
+}
+
+/// The goals' rounds at one concurrency level.
+pub struct Goals {
+    pub clients: usize,
+    pub rounds: Vec<Round>,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
+}
+
+impl Goals {
+    fn median_of(&self, f: impl Fn(&Round) -> f64) -> f64 {
+        median(self.rounds.iter().map(f).collect())
+    }
+
+    fn section(&self, md: &mut String) {
+        let n = self.rounds.len();
+        if n == 0 {
+            return;
+        }
+        let c = self.clients;
+        writeln!(
+            md,
+            "## The goals, PostgreSQL at {c} clients: medians of {n} rounds run side by side
+"
+        )
+        .unwrap();
+        writeln!(md, "Each round runs the keyed service, the un-keyed service and pgbench's 11 statements of before one right after the other, the order turned round every round; a ratio is the median of the rounds' own ratios, so a slow minute of this shared machine falls on both sides of it.
+").unwrap();
+        let keyed_unkeyed = self.median_of(|r| r.keyed.throughput() / r.unkeyed.throughput());
+        let keyed_eleven = self.median_of(|r| r.keyed.throughput() / r.eleven.throughput());
+        let met = |x: f64, goal: f64| if x >= goal { "met" } else { "**not met**" };
+        writeln!(md, "| ratio | median | goal | |").unwrap();
+        writeln!(md, "|---|---|---|---|").unwrap();
+        writeln!(
+            md,
+            "| keyed ÷ un-keyed, service | {keyed_unkeyed:.2} | ≥ 0.95 | {} |",
+            met(keyed_unkeyed, 0.95)
+        )
+        .unwrap();
+        writeln!(
+            md,
+            "| service keyed ÷ pgbench, the 11 statements of before | {keyed_eleven:.2} | ≥ 1.3 | {} |",
+            met(keyed_eleven, 1.3)
+        )
+        .unwrap();
+        writeln!(md, "
+| round | keyed req/s (p99 ms) | un-keyed req/s (p99 ms) | pgbench 11 statements req/s (p99 ms) | keyed ÷ un-keyed | keyed ÷ 11 statements |").unwrap();
+        writeln!(md, "|---|---|---|---|---|---|").unwrap();
+        let cell = |r: &Run| format!("{:.0} ({:.2})", r.throughput(), r.p99_ms);
+        for (i, r) in self.rounds.iter().enumerate() {
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.2} | {:.2} |",
+                i + 1,
+                cell(&r.keyed),
+                cell(&r.unkeyed),
+                cell(&r.eleven),
+                r.keyed.throughput() / r.unkeyed.throughput(),
+                r.keyed.throughput() / r.eleven.throughput(),
+            )
+            .unwrap();
+        }
+        writeln!(
+            md,
+            "| median | {:.0} ({:.2}) | {:.0} ({:.2}) | {:.0} ({:.2}) | {keyed_unkeyed:.2} | {keyed_eleven:.2} |",
+            self.median_of(|r| r.keyed.throughput()),
+            self.median_of(|r| r.keyed.p99_ms),
+            self.median_of(|r| r.unkeyed.throughput()),
+            self.median_of(|r| r.unkeyed.p99_ms),
+            self.median_of(|r| r.eleven.throughput()),
+            self.median_of(|r| r.eleven.p99_ms),
+        )
+        .unwrap();
+        writeln!(
+            md,
+            "
+Statements (round trips) per request: keyed {}, un-keyed {}, pgbench {}.
+",
+            Workload::Keyed.statements(),
+            Workload::Unkeyed.statements(),
+            Workload::PgbenchEleven.statements()
+        )
+        .unwrap();
+    }
+}
+
+fn run_of(series: &[Series], workload: Workload, clients: usize) -> Option<&Run> {
     series
         .iter()
         .find(|s| s.workload == workload)?
@@ -48,6 +148,7 @@ fn ratio(series: &[Series], a: Workload, b: Workload, clients: usize) -> String 
 pub fn write(
     context: &Context<'_>,
     series: &[Series],
+    goals: &Goals,
     storms: &[(&str, Storm)],
     rss: &[(&str, u64)],
 ) {
@@ -80,7 +181,8 @@ pub fn write(
     writeln!(md, "- 64 shoppers; \"many shops\" = 64 shops, \"one shop\" = every payment to one; the release build; request logs on (one INFO line per request); PostgreSQL with its durable defaults (fsync on), SQLite with `synchronous=FULL`").unwrap();
     writeln!(md).unwrap();
 
-    writeln!(md, "## Ratios\n").unwrap();
+    goals.section(&mut md);
+    writeln!(md, "## Ratios at every level, one run each\n").unwrap();
     writeln!(md, "| clients | one shop ÷ many shops, PostgreSQL (goal ≥ 0.8 at 32) | one shop ÷ many shops, SQLite (goal ≥ 0.8 at 32) | service ÷ pgbench, keyed | keyed ÷ un-keyed, service | keyed ÷ un-keyed, pgbench | SQLite service ÷ SQLite loop | group commit ÷ a commit per request |").unwrap();
     writeln!(md, "|---|---|---|---|---|---|---|---|").unwrap();
     for &c in levels {
@@ -112,7 +214,7 @@ pub fn write(
         "\n### PostgreSQL: the keyed payment in fewer round trips\n"
     )
     .unwrap();
-    writeln!(md, "| clients | service keyed ÷ pgbench, the server's statements now (goal ≥ 0.8 at 32) | service keyed ÷ pgbench, the 11 statements of before (goal ≥ 1.0 at 32) | keyed ÷ un-keyed, service (goal ≥ 0.9 at 32) | replays ÷ first executions, service |").unwrap();
+    writeln!(md, "| clients | service keyed ÷ pgbench, the server's statements now | service keyed ÷ pgbench, the 11 statements of before (goal ≥ 1.3 at 32, above) | keyed ÷ un-keyed, service (goal ≥ 0.95 at 32, above) | replays ÷ first executions, service |").unwrap();
     writeln!(md, "|---|---|---|---|---|").unwrap();
     for &c in levels {
         writeln!(
