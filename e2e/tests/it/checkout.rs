@@ -71,6 +71,11 @@ scenario!(
 );
 scenario!(a_declined_shopper_pays_again_with_a_new_key, "", [Sqlite]);
 scenario!(
+    a_new_tab_asks_for_its_test_shopper_while_the_widget_loads,
+    "",
+    [Sqlite]
+);
+scenario!(
     server_killed_while_retrying_ends_on_one_receipt,
     "delay_after_commit_ms=2500",
     [Sqlite]
@@ -572,5 +577,52 @@ async fn a_declined_shopper_pays_again_with_a_new_key(c: Checkout) -> Checkout {
         json!({"payment_id": paid, "amount": CART, "status": "succeeded"})
     );
     c.db.assert_invariants().await;
+    c
+}
+
+/// A test session's first page in a tab needs a test shopper before «Оплатить» can be enabled.
+/// The payment page asks for it while the widget's code is still on its way, and the widget
+/// takes that answer: one request, started before the WebAssembly has arrived (before: the
+/// widget asked only once it ran, after the WebAssembly, a round trip more to an enabled
+/// «Оплатить»). A reload keeps the tab's shopper and asks for none.
+async fn a_new_tab_asks_for_its_test_shopper_while_the_widget_loads(c: Checkout) -> Checkout {
+    c.open().await;
+    let timing = "const all = performance.getEntriesByType('resource');
+         const asked = all.filter(e => e.name.endsWith('/api/test/shoppers'));
+         const wasm = all.find(e => e.name.endsWith('.wasm'));
+         return { asked: asked.length, started: asked.length ? asked[0].startTime : null,
+                  wasm_arrived: wasm ? wasm.responseEnd : null };";
+    let seen = c.js(timing).await;
+    assert_eq!(
+        seen["asked"],
+        json!(1),
+        "one test shopper asked for: {seen}"
+    );
+    let (started, wasm_arrived) = (
+        seen["started"].as_f64().unwrap(),
+        seen["wasm_arrived"].as_f64().unwrap(),
+    );
+    assert!(
+        started < wasm_arrived,
+        "asked before the WebAssembly arrived: {seen}"
+    );
+    let token = c
+        .js("return JSON.parse(sessionStorage.getItem('checkout.session')).token;")
+        .await;
+    assert!(token.is_string(), "the tab keeps its shopper: {token}");
+    c.reload().await;
+    c.wait_for(".balance").await;
+    assert_eq!(
+        c.js(timing).await["asked"],
+        json!(0),
+        "a reload asks for none"
+    );
+    assert_eq!(
+        c.js("return JSON.parse(sessionStorage.getItem('checkout.session')).token;")
+            .await,
+        token
+    );
+    c.click("button.pay", 1).await;
+    c.assert_paid_once().await;
     c
 }
