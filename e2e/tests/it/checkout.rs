@@ -581,30 +581,36 @@ async fn a_declined_shopper_pays_again_with_a_new_key(c: Checkout) -> Checkout {
 }
 
 /// A test session's first page in a tab needs a test shopper before «Оплатить» can be enabled.
-/// The payment page asks for it while the widget's code is still on its way, and the widget
-/// takes that answer: one request, started before the WebAssembly has arrived (before: the
-/// widget asked only once it ran, after the WebAssembly, a round trip more to an enabled
-/// «Оплатить»). A reload keeps the tab's shopper and asks for none.
+/// The payment page asks for it while it is still being parsed, before the widget's code runs
+/// (a module script runs only once parsing is done), and the widget takes that answer: one
+/// request, started before the frame's `domInteractive` (before: the widget asked only once it
+/// ran, after its WebAssembly, a round trip more to an enabled «Оплатить»). A reload keeps the
+/// tab's shopper and asks for none.
 async fn a_new_tab_asks_for_its_test_shopper_while_the_widget_loads(c: Checkout) -> Checkout {
     c.open().await;
     let timing = "const all = performance.getEntriesByType('resource');
          const asked = all.filter(e => e.name.endsWith('/api/test/shoppers'));
-         const wasm = all.find(e => e.name.endsWith('.wasm'));
+         const page = performance.getEntriesByType('navigation')[0];
          return { asked: asked.length, started: asked.length ? asked[0].startTime : null,
-                  wasm_arrived: wasm ? wasm.responseEnd : null };";
+                  parsed: page.domInteractive, taken: !('checkoutTestShopper' in window) };";
     let seen = c.js(timing).await;
     assert_eq!(
         seen["asked"],
         json!(1),
         "one test shopper asked for: {seen}"
     );
-    let (started, wasm_arrived) = (
+    assert_eq!(
+        seen["taken"],
+        json!(true),
+        "the widget took the page's request: {seen}"
+    );
+    let (started, parsed) = (
         seen["started"].as_f64().unwrap(),
-        seen["wasm_arrived"].as_f64().unwrap(),
+        seen["parsed"].as_f64().unwrap(),
     );
     assert!(
-        started < wasm_arrived,
-        "asked before the WebAssembly arrived: {seen}"
+        started < parsed,
+        "asked while the page was parsed, before the widget ran: {seen}"
     );
     let token = c
         .js("return JSON.parse(sessionStorage.getItem('checkout.session')).token;")
