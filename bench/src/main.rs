@@ -515,14 +515,9 @@ impl Bench<'_> {
             _ => None,
         };
         if let Some(server) = server.filter(|_| run.errors > 0) {
-            let log = server.log();
-            let said: Vec<&str> = log
-                .lines()
-                .filter(|l| l.contains("ERROR") || l.contains("WARN"))
-                .collect();
             eprintln!(
                 "the server's last errors and warnings: {:#?}",
-                &said[said.len().saturating_sub(8)..]
+                last_errors(server)
             );
         }
         run
@@ -637,15 +632,10 @@ async fn storm(target: &Target, numbers: &mut SessionNumbers) -> Storm {
             Ok(a) if a.status == StatusCode::CREATED && a.replayed() => replays += 1,
             Ok(a) if a.status == StatusCode::CREATED => firsts += 1,
             Ok(a) if a.status == StatusCode::CONFLICT => in_use += 1,
-            other => {
-                let log = server.log();
-                let said: Vec<&str> = log
-                    .lines()
-                    .filter(|l| l.contains("ERROR"))
-                    .take(5)
-                    .collect();
-                panic!("storm: unexpected answer {other:?}; the server said: {said:#?}")
-            }
+            other => panic!(
+                "storm: unexpected answer {other:?}; the server's last errors and warnings: {:#?}",
+                last_errors(server)
+            ),
         }
     }
     let debits = db.scalar("SELECT COUNT(*) FROM payments").await - before;
@@ -665,6 +655,20 @@ async fn storm(target: &Target, numbers: &mut SessionNumbers) -> Storm {
         p99_ms: ms(0.99),
         max_ms: histogram.max() as f64 / 1e3,
     }
+}
+
+/// The last ERROR and WARN lines of a server's log: what a run's errors or a storm's unexpected
+/// answer are reported with.
+fn last_errors(server: &Server) -> Vec<String> {
+    let log = server.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+        .collect();
+    said[said.len().saturating_sub(8)..]
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {

@@ -66,7 +66,14 @@ async fn setup(backend: Backend) -> (TestDb, Store) {
 
 /// A store (one server instance's) over `db`; the claim waits for a lock at most `lock_timeout`.
 async fn open_store(db: &TestDb, lock_timeout: Duration) -> Store {
-    let settings = StoreSettings {
+    Store::connect(&db.server_url, settings(db, lock_timeout))
+        .await
+        .unwrap()
+}
+
+/// One server instance's store settings over `db`.
+fn settings(db: &TestDb, lock_timeout: Duration) -> StoreSettings {
+    StoreSettings {
         pool_size: 8,
         lock_timeout,
         sqlite_batch: 64,
@@ -80,8 +87,7 @@ async fn open_store(db: &TestDb, lock_timeout: Duration) -> Store {
             Pooling::Transaction
         },
         after_sqlite_commit: Default::default(),
-    };
-    Store::connect(&db.server_url, settings).await.unwrap()
+    }
 }
 
 fn protocol() -> Protocol {
@@ -1014,28 +1020,17 @@ mod another_instance {
 async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
     let (db, direct) = setup(Backend::Postgres).await;
     drop(direct);
-    let port: u16 = db
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let link = checkout_testkit::slow_link::SlowLink::start(port, Duration::from_millis(300)).await;
-    let via_link = db
-        .url
-        .replacen(&format!(":{port}/"), &format!(":{}/", link.port), 1);
+    // The suite's cluster (`TestDb::new`), reached through the link.
+    let cluster = checkout_testkit::postgres::cluster();
+    let link =
+        checkout_testkit::slow_link::SlowLink::start(cluster.port, Duration::from_millis(300))
+            .await;
+    let database = db.url.rsplit('/').next().unwrap();
+    assert_eq!(db.url, cluster.url(database));
+    let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
     let settings = StoreSettings {
         pool_size: 1,
-        lock_timeout: LOCK_TIMEOUT,
-        sqlite_batch: 64,
-        exclusive: false,
-        sqlite_max_size_kib: None,
-        pooling: Pooling::Direct,
-        after_sqlite_commit: Default::default(),
+        ..settings(&db, LOCK_TIMEOUT)
     };
     let store = Store::connect(&via_link, settings).await.unwrap();
     let in_transaction = "SELECT COUNT(*) FROM pg_stat_activity \
