@@ -38,7 +38,7 @@ pub async fn test_shopper() -> Result<ShopperToken, Failure> {
         Some(answer) => answer_text(answer.await).await?,
         None => fetch_text(Call::new("POST", "/api/test/shoppers".into())).await?,
     };
-    json::from_str(&text).ok_or(Failure::Unavailable)
+    parsed(&text)
 }
 
 /// Where the payment page's own script leaves the request for a test shopper it sent before
@@ -50,7 +50,7 @@ fn asked_early(name: &str) -> Option<impl Future<Output = Result<Response, JsVal
     let window = web_sys::window()?;
     let name = JsValue::from_str(name);
     let promise: js_sys::Promise = js_sys::Reflect::get(&window, &name).ok()?.dyn_into().ok()?;
-    let _ = js_sys::Reflect::delete_property(&window, &name.into());
+    let _ = js_sys::Reflect::delete_property(&window, &name);
     Some(async move { JsFuture::from(promise).await?.dyn_into() })
 }
 
@@ -205,8 +205,12 @@ async fn text(response: &Response) -> Result<String, JsValue> {
 
 /// An unkeyed call that either answers `2xx` with `T` or fails.
 async fn fetch_json<T: DeserializeOwned>(call: Call) -> Result<T, Failure> {
-    let text = fetch_text(call).await?;
-    json::from_str(&text).ok_or(Failure::Unavailable)
+    parsed(&fetch_text(call).await?)
+}
+
+/// A `2xx` body as `T` (anything else: the answer is unusable, as no answer is).
+fn parsed<T: DeserializeOwned>(text: &str) -> Result<T, Failure> {
+    json::from_str(text).ok_or(Failure::Unavailable)
 }
 
 /// An unkeyed call's `2xx` body, or why there is none.
