@@ -14,10 +14,15 @@
 //! stored answer byte for byte. An operation that can do 1–5 as ONE atomic write of its store
 //! (a payment on PostgreSQL: one statement) says so in [`Operation::at_once`]: then a request
 //! costs that write alone, and anything it could not settle (nothing of it written) takes the
-//! steps above. A key that is already taken is answered from storage: the same
-//! request replays, another request under that key is [`Outcome::KeyReused`], one still
-//! executing is [`Outcome::InUse`]. A copy that arrives while this process is executing the
-//! key waits for it at most the lock timeout, in memory, rather than queue for the database.
+//! steps above. A batch of requests ([`Protocol::execute_many`], a consumer's inbox) takes
+//! the steps in one transaction for all of them; where nearly every key is new, its store may
+//! claim them late ([`KeyStore::claims_late`]): every operation first, then every key inserted
+//! once, with its answer, in one statement that fails unless every key is new (then nothing
+//! commits, and the batch takes the steps). A key that is already taken is answered from
+//! storage: the same request replays, another request under that key is
+//! [`Outcome::KeyReused`], one still executing is [`Outcome::InUse`]. A copy that arrives while
+//! this process is executing the key waits for it at most the lock timeout, in memory, rather
+//! than queue for the database.
 //!
 //! The database is reached through [`KeyStore`] and [`KeyTx`]; how a store runs a transaction
 //! (one connection each, or many requests in one group commit) is its own business, as long as
@@ -208,6 +213,16 @@ pub trait KeyStore: Send + Sync {
         true
     }
 
+    /// Whether a batch ([`Protocol::execute_many`]) may claim its keys late: run every
+    /// operation first, then write each key once, with its answer, in one statement
+    /// ([`KeyTx::insert_answered_many`]), the protocol's only write for the batch. Worth it
+    /// where nearly every key is new (an inbox: a redelivery is rare) and a statement costs a
+    /// round trip. A key that has a row makes that statement fail and everything roll back;
+    /// the batch then runs again with its claims first.
+    fn claims_late(&self) -> bool {
+        false
+    }
+
     /// The key as committed, read without taking any write lock.
     fn stored_key(
         &self,
@@ -277,6 +292,27 @@ pub trait KeyTx: Send {
             Ok(())
         }
     }
+
+    /// The late claim of a batch whose operations have run ([`KeyStore::claims_late`]): every
+    /// key inserted, done, with its answer, in one statement, if none has a row (waiting, as a
+    /// claim does, for a transaction that is writing one). Otherwise [`LateClaim::KeyHeld`],
+    /// and the transaction only rolls back. A store that cannot answers `KeyHeld` always.
+    fn insert_answered_many(
+        &mut self,
+        _answers: &[(&Claim, &StoredResponse)],
+    ) -> impl Future<Output = Result<LateClaim, Self::Error>> + Send {
+        std::future::ready(Ok(LateClaim::KeyHeld))
+    }
+}
+
+/// What a batch's late claim found ([`KeyTx::insert_answered_many`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LateClaim {
+    /// Every key was new: each is this transaction's now, done, with its answer.
+    Written,
+    /// Some key has a row (live or expired, committed or not): nothing may commit; the batch
+    /// runs again with its claims first, which settle each such key as a claim does.
+    KeyHeld,
 }
 
 /// What a claim found.
@@ -528,13 +564,16 @@ impl Protocol {
     }
 
     /// Runs many keyed requests in ONE transaction: one claim of all their keys, each
-    /// operation, one storing of all their answers, one commit. What a consumer taking messages
-    /// in batches then pays per message is its operation, not a transaction and the protocol's
-    /// own statements each time. Each request gets the outcome [`Protocol::execute`] would have
-    /// given it, in the order given. The batch settles only what it can settle at once; any
-    /// request it cannot (a copy already in flight, a key held by a request still executing or
-    /// gone meanwhile, a race lost, a hook that aborts, a failed transaction — of which nothing
-    /// committed) runs alone through [`Protocol::execute`] afterwards.
+    /// operation, one storing of all their answers, one commit; or, where the store claims
+    /// late, each operation and then one insert of every key with its answer (if a key turns
+    /// out to have a row, that transaction rolls back and the claims go first). What a
+    /// consumer taking messages in batches then pays per message is its operation, not a
+    /// transaction and the protocol's own statements each time. Each request gets the outcome
+    /// [`Protocol::execute`] would have given it, in the order given. The batch settles only
+    /// what it can settle at once; any request it cannot (a copy already in flight, a key held
+    /// by a request still executing or gone meanwhile, a race lost, a hook that aborts, a
+    /// failed transaction — of which nothing committed) runs alone through
+    /// [`Protocol::execute`] afterwards.
     pub async fn execute_many<S, O>(
         &self,
         store: &S,
@@ -597,14 +636,21 @@ impl Protocol {
             // Claimed in the keys' order: two batches sharing keys lock them in one order.
             units.sort_by(|(_, a, _), (_, b, _)| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
             let indexes: Vec<usize> = units.iter().map(|(i, _, _)| *i).collect();
-            let (claims, operations) = units.into_iter().map(|(_, c, o)| (c, o)).unzip();
-            let work = BatchWork {
-                claims,
-                operations,
+            let (claims, operations): (Vec<Claim>, Vec<Arc<O>>) =
+                units.into_iter().map(|(_, c, o)| (c, o)).unzip();
+            let mut work = BatchWork {
+                claims: claims.into(),
+                operations: operations.into(),
+                claims_late: store.claims_late(),
                 expired_before_ms: live_after,
                 hooks: self.hooks.clone(),
             };
-            match store.transaction(work).await {
+            let mut ended = store.transaction(work.clone()).await;
+            if work.claims_late && matches!(ended, Ok(BatchEnd::KeyHeld)) {
+                work.claims_late = false;
+                ended = store.transaction(work).await;
+            }
+            match ended {
                 Ok(BatchEnd::Committed(steps)) => {
                     for (i, step) in indexes.into_iter().zip(steps) {
                         match step {
@@ -623,7 +669,7 @@ impl Protocol {
                     }
                 }
                 // Nothing of the batch committed: each runs alone.
-                Ok(BatchEnd::Undone) | Err(_) => alone.extend(indexes),
+                Ok(BatchEnd::Undone | BatchEnd::KeyHeld) | Err(_) => alone.extend(indexes),
             }
         }
 
@@ -870,6 +916,8 @@ enum BatchEnd {
     /// Rolled back (a race lost, a hook's abort, claims the store did not answer in full):
     /// every unit runs alone.
     Undone,
+    /// Rolled back: a late claim found a key with a row (the batch runs with its claims first).
+    KeyHeld,
 }
 
 enum UnitStep {
@@ -880,10 +928,68 @@ enum UnitStep {
 /// Steps 1–4 for every unit of a batch inside one transaction; the store commits (step 5) on
 /// [`Finish::Commit`]. Claims whose keys are taken wrote nothing and stay out of the rest.
 struct BatchWork<O> {
-    claims: Vec<Claim>,
-    operations: Vec<Arc<O>>,
+    claims: Arc<[Claim]>,
+    operations: Arc<[Arc<O>]>,
+    /// Every operation first, then the keys written once, with their answers (see
+    /// [`KeyStore::claims_late`]); or the claims first, as a single request's.
+    claims_late: bool,
     expired_before_ms: i64,
     hooks: Arc<dyn Hooks>,
+}
+
+impl<O> Clone for BatchWork<O> {
+    fn clone(&self) -> Self {
+        BatchWork {
+            claims: self.claims.clone(),
+            operations: self.operations.clone(),
+            claims_late: self.claims_late,
+            expired_before_ms: self.expired_before_ms,
+            hooks: self.hooks.clone(),
+        }
+    }
+}
+
+impl<O> BatchWork<O> {
+    /// After every answer is stored, before the commit: whether a hook aborts.
+    async fn aborted_before_commit(&self, answered: impl Iterator<Item = &Claim>) -> bool {
+        for claim in answered {
+            if self
+                .hooks
+                .before_commit(&claim.scope, &claim.key)
+                .await
+                .is_err()
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The batch with its keys claimed late: each operation, then every key written with its
+    /// answer in one statement. Right only if every key is new; otherwise nothing commits.
+    async fn run_claiming_late<Tx>(self, tx: &mut Tx) -> Result<Finish<BatchEnd>, O::Error>
+    where
+        Tx: KeyTx,
+        O: Operation<Tx>,
+        O::Error: From<Tx::Error>,
+    {
+        let mut responses = Vec::with_capacity(self.claims.len());
+        for (claim, operation) in self.claims.iter().zip(self.operations.iter()) {
+            match operation.apply(tx, claim).await? {
+                Decision::Respond(response) => responses.push(response),
+                Decision::Restart => return Ok(Finish::Rollback(BatchEnd::Undone)),
+            }
+        }
+        let answers: Vec<(&Claim, &StoredResponse)> = self.claims.iter().zip(&responses).collect();
+        if tx.insert_answered_many(&answers).await? == LateClaim::KeyHeld {
+            return Ok(Finish::Rollback(BatchEnd::KeyHeld));
+        }
+        if self.aborted_before_commit(self.claims.iter()).await {
+            return Ok(Finish::Rollback(BatchEnd::Undone));
+        }
+        let steps = responses.into_iter().map(UnitStep::Committed).collect();
+        Ok(Finish::Commit(BatchEnd::Committed(steps)))
+    }
 }
 
 impl<Tx, O> Work<Tx> for BatchWork<O>
@@ -896,6 +1002,9 @@ where
     type Error = O::Error;
 
     async fn run(self, tx: &mut Tx) -> Result<Finish<BatchEnd>, O::Error> {
+        if self.claims_late {
+            return self.run_claiming_late(tx).await;
+        }
         // 1. Claim every key at once (a key another request holds still executing fails the
         // claim after the store's bound: then each runs alone).
         let claimed = tx.claim_many(&self.claims, self.expired_before_ms).await?;
@@ -904,8 +1013,10 @@ where
         }
         // 2–3. Each claimed key's change.
         let mut steps = Vec::with_capacity(claimed.len());
-        for ((claimed, claim), operation) in
-            claimed.into_iter().zip(&self.claims).zip(&self.operations)
+        for ((claimed, claim), operation) in claimed
+            .into_iter()
+            .zip(self.claims.iter())
+            .zip(self.operations.iter())
         {
             steps.push(match claimed {
                 Claimed::Ours => match operation.apply(tx, claim).await? {
@@ -928,15 +1039,11 @@ where
         if !answers.is_empty() {
             tx.complete_many(&answers).await?;
         }
-        for (claim, _) in &answers {
-            if self
-                .hooks
-                .before_commit(&claim.scope, &claim.key)
-                .await
-                .is_err()
-            {
-                return Ok(Finish::Rollback(BatchEnd::Undone));
-            }
+        if self
+            .aborted_before_commit(answers.iter().map(|(claim, _)| *claim))
+            .await
+        {
+            return Ok(Finish::Rollback(BatchEnd::Undone));
         }
         // 5. …and all of it commits at once.
         Ok(Finish::Commit(BatchEnd::Committed(steps)))

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::{
     AtOnce, Claim, Claimed, Classify, Clock, Failure, Finish, KeyRecord, KeyStore, KeyTx,
-    StoredResponse, SystemClock, Work,
+    LateClaim, StoredResponse, SystemClock, Work,
 };
 
 /// Which database's concurrency the store has.
@@ -42,6 +42,19 @@ pub enum HolderRead {
     /// commit add96a7 ("an expired key taken over elsewhere is read from its new holder"). Kept
     /// so that a test can show the model checker finds that defect.
     AsOfSnapshot,
+}
+
+/// How a batch's late claim ([`KeyTx::insert_answered_many`]) writes its keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LateInsert {
+    /// The store does not claim late: batches claim first.
+    Never,
+    /// A plain insert: it waits for a transaction writing the key, and fails on any row there
+    /// (what the receipts' inbox does).
+    Plain,
+    /// Over a committed row that is still live (an upsert with no guard): a defect, kept so
+    /// that a test can show the model checker finds it.
+    Overwrites,
 }
 
 /// How [`MemoryStore::at_once`] inserts the key.
@@ -66,6 +79,9 @@ pub enum Statement {
     Commit,
     /// The whole keyed step in one statement ([`MemoryStore::at_once`]).
     AtOnce,
+    /// A batch's keys written with their answers, after its operations
+    /// ([`KeyTx::insert_answered_many`]).
+    LateClaim,
 }
 
 /// Hands out turns: each statement of the store waits for one before it runs.
@@ -166,6 +182,7 @@ struct Shared {
     engine: Engine,
     holder_read: HolderRead,
     at_once_insert: AtOnceInsert,
+    late_insert: LateInsert,
     lock_bound: Duration,
     clock: Arc<dyn Clock>,
     turns: Arc<dyn Turns>,
@@ -190,6 +207,7 @@ pub struct MemoryStoreBuilder {
     engine: Engine,
     holder_read: HolderRead,
     at_once_insert: AtOnceInsert,
+    late_insert: LateInsert,
     lock_bound: Duration,
     clock: Arc<dyn Clock>,
     turns: Arc<dyn Turns>,
@@ -206,6 +224,14 @@ impl MemoryStoreBuilder {
     pub fn at_once_insert(self, at_once_insert: AtOnceInsert) -> Self {
         MemoryStoreBuilder {
             at_once_insert,
+            ..self
+        }
+    }
+
+    /// Whether batches claim their keys late, and how ([`KeyStore::claims_late`]).
+    pub fn late_insert(self, late_insert: LateInsert) -> Self {
+        MemoryStoreBuilder {
+            late_insert,
             ..self
         }
     }
@@ -230,6 +256,7 @@ impl MemoryStoreBuilder {
                 engine: self.engine,
                 holder_read: self.holder_read,
                 at_once_insert: self.at_once_insert,
+                late_insert: self.late_insert,
                 lock_bound: self.lock_bound,
                 clock: self.clock,
                 turns: self.turns,
@@ -244,6 +271,7 @@ impl MemoryStore {
             engine,
             holder_read: HolderRead::Live,
             at_once_insert: AtOnceInsert::Plain,
+            late_insert: LateInsert::Never,
             lock_bound: crate::DEFAULT_LOCK_TIMEOUT,
             clock: Arc::new(SystemClock),
             turns: Arc::new(NoTurns),
@@ -298,19 +326,8 @@ impl MemoryStore {
         // by then, or rolled back).
         let tx = MemoryTx::begin(self.shared.clone()).await?;
         let plain = self.shared.at_once_insert == AtOnceInsert::Plain;
-        if plain {
-            loop {
-                let row_free = |tables: &mut Tables, me: u64| {
-                    tables.row_locks.get(&id).is_none_or(|&holder| holder == me)
-                };
-                if row_free(&mut self.shared.tables(), tx.id) {
-                    break;
-                }
-                if tx.wait_for(row_free).await.is_err() {
-                    return Ok(AtOnce::NotDone);
-                }
-                self.shared.turns.turn(Statement::ClaimAfterWait).await;
-            }
+        if plain && tx.wait_for_row(&id).await.is_err() {
+            return Ok(AtOnce::NotDone);
         }
         let mut tables = self.shared.tables();
         if plain && tables.keys.contains_key(&id) {
@@ -398,6 +415,20 @@ impl MemoryTx {
         .await
     }
 
+    /// PostgreSQL: waits until no other transaction holds the key's row (claimed or inserted,
+    /// not yet committed), taking a turn again each time it is woken (another statement may
+    /// run before this one goes on).
+    async fn wait_for_row(&self, id: &KeyId) -> Result<(), MemoryError> {
+        let row_free = |tables: &mut Tables, me: u64| {
+            tables.row_locks.get(id).is_none_or(|&holder| holder == me)
+        };
+        while !row_free(&mut self.shared.tables(), self.id) {
+            self.wait_for(row_free).await?;
+            self.shared.turns.turn(Statement::ClaimAfterWait).await;
+        }
+        Ok(())
+    }
+
     async fn begin(shared: Arc<Shared>) -> Result<MemoryTx, MemoryError> {
         let id = {
             let mut tables = shared.tables();
@@ -463,17 +494,7 @@ impl MemoryTx {
         let id = key_id(&claim.scope, &claim.key);
         self.shared.turns.turn(Statement::Claim).await;
         let snapshot = self.shared.tables().keys.get(&id).cloned();
-        loop {
-            let row_free = |tables: &mut Tables, me: u64| {
-                tables.row_locks.get(&id).is_none_or(|&holder| holder == me)
-            };
-            if row_free(&mut self.shared.tables(), self.id) {
-                break;
-            }
-            self.wait_for(row_free).await?;
-            // Woken: another statement may run before this one goes on.
-            self.shared.turns.turn(Statement::ClaimAfterWait).await;
-        }
+        self.wait_for_row(&id).await?;
         let mut tables = self.shared.tables();
         // The row lock is taken whether or not the row is updated (ON CONFLICT DO UPDATE).
         tables.row_locks.insert(id.clone(), self.id);
@@ -488,6 +509,44 @@ impl MemoryTx {
             HolderRead::AsOfSnapshot => snapshot,
         };
         Ok(Claimed::Taken(holder.map(|row| row.record())))
+    }
+
+    /// A batch's late claim: one statement inserting every key, done, with its answer. On
+    /// PostgreSQL each insert waits for a transaction holding the key's row (its claim or its
+    /// own insert) and fails on a row there; on SQLite this transaction is the one writer, and
+    /// what is committed is current.
+    async fn insert_answered(
+        &mut self,
+        answers: &[(&Claim, &StoredResponse)],
+    ) -> Result<LateClaim, MemoryError> {
+        let overwrites = match self.shared.late_insert {
+            LateInsert::Never => return Ok(LateClaim::KeyHeld),
+            LateInsert::Plain => false,
+            LateInsert::Overwrites => true,
+        };
+        if self.shared.engine == Engine::Postgres {
+            self.shared.turns.turn(Statement::LateClaim).await;
+        }
+        for (claim, response) in answers {
+            let id = key_id(&claim.scope, &claim.key);
+            if self.shared.engine == Engine::Postgres {
+                self.wait_for_row(&id).await?;
+            }
+            let mut tables = self.shared.tables();
+            if !overwrites && (tables.keys.contains_key(&id) || self.keys.contains_key(&id)) {
+                return Ok(LateClaim::KeyHeld);
+            }
+            if self.shared.engine == Engine::Postgres {
+                tables.row_locks.insert(id.clone(), self.id);
+            }
+            drop(tables);
+            let row = KeyRow {
+                response: Some((*response).clone()),
+                ..new_row(claim)
+            };
+            self.keys.insert(id, row);
+        }
+        Ok(LateClaim::Written)
     }
 
     /// The SQLite claim: this transaction is the one writer, so what is committed is current.
@@ -561,6 +620,13 @@ impl KeyTx for MemoryTx {
             _ => Err(MemoryError::LostClaim),
         }
     }
+
+    async fn insert_answered_many(
+        &mut self,
+        answers: &[(&Claim, &StoredResponse)],
+    ) -> Result<LateClaim, MemoryError> {
+        self.insert_answered(answers).await
+    }
 }
 
 impl KeyStore for MemoryStore {
@@ -569,6 +635,10 @@ impl KeyStore for MemoryStore {
 
     fn reads_before_claim(&self) -> bool {
         self.shared.engine == Engine::Sqlite
+    }
+
+    fn claims_late(&self) -> bool {
+        self.shared.late_insert != LateInsert::Never
     }
 
     async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, MemoryError> {

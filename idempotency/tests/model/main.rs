@@ -9,7 +9,7 @@ mod world;
 
 use std::time::Duration;
 
-use checkout_idempotency::memory::{AtOnceInsert, Engine, HolderRead};
+use checkout_idempotency::memory::{AtOnceInsert, Engine, HolderRead, LateInsert};
 use serde_json::json;
 
 use explorer::{Report, explore};
@@ -22,9 +22,14 @@ const B: usize = 1;
 fn check(name: &str, scenario: &Scenario) -> Report {
     let report = explore(|explorer| world::run(scenario, explorer));
     println!(
-        "{name} on {:?}{}: {} schedules, the longest {} choices deep",
+        "{name} on {:?}{}{}: {} schedules, the longest {} choices deep",
         scenario.engine,
         if scenario.at_once { " at once" } else { "" },
+        match (scenario.batched, scenario.late_insert) {
+            (false, _) => "",
+            (true, LateInsert::Never) => " in batches",
+            (true, _) => " in batches claimed late",
+        },
         report.schedules,
         report.deepest
     );
@@ -212,4 +217,85 @@ fn finds_an_at_once_insert_that_overwrites_the_key() {
         .expect("the model missed the overwriting insert");
     println!("found, schedule {}: {violation}", report.schedules);
     assert!(violation.what.contains("took effect twice"), "{violation}");
+}
+
+/// How an inbox takes messages: each send a batch of its own ([`Protocol::execute_many`]), its
+/// key claimed first or, where the store claims late, written with its answer after the
+/// operation (a key found with a row then rolls everything back and claims first).
+const BATCH_STORES: [(Engine, LateInsert); 4] = [
+    (Engine::Postgres, LateInsert::Plain),
+    (Engine::Postgres, LateInsert::Never),
+    (Engine::Sqlite, LateInsert::Plain),
+    (Engine::Sqlite, LateInsert::Never),
+];
+
+fn batched(mut scenario: Scenario, late_insert: LateInsert) -> Scenario {
+    scenario.batched = true;
+    scenario.late_insert = late_insert;
+    scenario
+}
+
+/// The scenarios above, with every send taken as a batch: redelivered anywhere, copies at once,
+/// a message id reused with another body, an expired key taken over, keys expiring and swept
+/// while their messages run.
+#[test]
+fn messages_taken_in_batches_take_effect_once() {
+    for (engine, late_insert) in BATCH_STORES {
+        let store = (engine, false);
+        let mut resent = scenario(store, 2, vec![pay("k1", 1, &[A, B, A])]);
+        resent.budget = Budget {
+            crashes: 1,
+            lost_answers: 1,
+            lock_bounds: 1,
+            ..Budget::default()
+        };
+        let mut copies = scenario(store, 2, vec![pay("k1", 1, &[A]), pay("k1", 1, &[B])]);
+        copies.budget = Budget {
+            lock_bounds: 1,
+            crashes: 1,
+            ..Budget::default()
+        };
+        let mut reused = scenario(store, 2, vec![pay("k1", 1, &[A, B]), pay("k1", 2, &[B, A])]);
+        reused.budget = Budget {
+            lock_bounds: 1,
+            ..Budget::default()
+        };
+        for (name, scenario) in [
+            ("a message resent anywhere", resent),
+            ("copies at once", copies),
+            ("a message id reused", reused),
+            (
+                "an expired key taken over",
+                expired_key_taken_over(store, HolderRead::Live),
+            ),
+            (
+                "keys expire while their messages run",
+                expiring_while_running(store),
+            ),
+        ] {
+            holds(name, &batched(scenario, late_insert));
+        }
+    }
+}
+
+/// The checker reaches the late claim too: with a batch's keys written over whatever committed
+/// row is there, it finds the redelivered message that takes effect twice.
+#[test]
+fn finds_a_late_claim_that_overwrites_the_key() {
+    for engine in [Engine::Postgres, Engine::Sqlite] {
+        let scenario = batched(
+            scenario(
+                (engine, false),
+                2,
+                vec![pay("k1", 1, &[A]), pay("k1", 1, &[B])],
+            ),
+            LateInsert::Overwrites,
+        );
+        let report = check("a late claim that overwrites", &scenario);
+        let violation = report
+            .violation
+            .expect("the model missed the overwriting late claim");
+        println!("found, schedule {}: {violation}", report.schedules);
+        assert!(violation.what.contains("took effect twice"), "{violation}");
+    }
 }

@@ -14,7 +14,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use checkout_idempotency::memory::{
-    AtOnceInsert, Engine, HolderRead, KeyRow, MemoryError, MemoryStore, MemoryTx, Statement, Turns,
+    AtOnceInsert, Engine, HolderRead, KeyRow, LateInsert, MemoryError, MemoryStore, MemoryTx,
+    Statement, Turns,
 };
 use checkout_idempotency::{
     AtOnce, Claim, Clock, Decision, Fingerprint, KeyedRequest, Operation, Outcome, Protocol,
@@ -77,6 +78,10 @@ pub struct Scenario {
     /// The payment settles at once where it can (PostgreSQL's one statement), the steps
     /// settling whatever it could not; or it always takes the steps.
     pub at_once: bool,
+    /// Each send goes as a batch of its own through [`Protocol::execute_many`] (as the receipts'
+    /// inbox takes messages), claiming its key late or first as `late_insert` says.
+    pub batched: bool,
+    pub late_insert: LateInsert,
 }
 
 impl Scenario {
@@ -91,6 +96,8 @@ impl Scenario {
             budget: Budget::default(),
             request_bound: true,
             at_once: false,
+            batched: false,
+            late_insert: LateInsert::Never,
         }
     }
 }
@@ -287,6 +294,7 @@ impl<'a> World<'a> {
         let store = MemoryStore::builder(scenario.engine)
             .holder_read(scenario.holder_read)
             .at_once_insert(scenario.at_once_insert)
+            .late_insert(scenario.late_insert)
             .lock_bound(LOCK_BOUND)
             .clock(Arc::new(clock.clone()))
             .turns(Arc::new(turns.clone()))
@@ -459,6 +467,7 @@ impl<'a> World<'a> {
         let (protocol, store) = (self.instances[instance].clone(), self.store.clone());
         let (key, body) = (plan.key, plan.body.clone());
         let at_once = self.scenario.at_once.then(|| store.clone());
+        let batched = self.scenario.batched;
         let execution: Execution = Box::pin(async move {
             let request = KeyedRequest {
                 scope: SCOPE,
@@ -467,9 +476,13 @@ impl<'a> World<'a> {
                 route: ROUTE,
                 body: &body,
             };
-            protocol
-                .execute(&store, request, Pay { task: id, at_once })
-                .await
+            let pay = Pay { task: id, at_once };
+            if batched {
+                let mut outcomes = protocol.execute_many(&store, vec![(request, pay)]).await;
+                outcomes.pop().expect("one outcome per request")
+            } else {
+                protocol.execute(&store, request, pay).await
+            }
         });
         self.tasks.insert(
             id,
