@@ -10,8 +10,9 @@
 //!
 //! Messages are taken in batches — whatever deliveries are here when the last batch is handed
 //! on, up to the prefetch — and a batch is one transaction (`Protocol::execute_many`), so that
-//! a commit, and the protocol's own statements, are paid per batch rather than per message. The
-//! acks still follow the commit that holds their messages.
+//! a commit, and the protocol's own statement, are paid per batch rather than per message: the
+//! receipts are written, then every id with its outcome (the late claim, see
+//! [`crate::store::Inbox`]). The acks still follow the commit that holds their messages.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,7 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use checkout_idempotency::{
-    Claim, Claimed, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, StoredResponse, Work,
+    Claim, Claimed, Classify, Failure, Finish, KeyRecord, KeyStore, KeyTx, LateClaim,
+    StoredResponse, Work,
 };
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -375,6 +376,13 @@ impl KeyStore for Inbox {
         false
     }
 
+    /// A batch's message ids are written once, with their outcomes, after its receipts: the
+    /// inbox's one statement per batch. A redelivered message in the batch makes the batch run
+    /// again with its claims first (rare: a consumer gone before its acks).
+    fn claims_late(&self) -> bool {
+        true
+    }
+
     async fn stored_key(&self, scope: &str, key: &str) -> Result<Option<KeyRecord>, StoreError> {
         let row: Option<KeyRow> = on_either!(&self.pool, pool => {
             sqlx::query_as(STORED_KEY).bind(scope).bind(key).fetch_optional(pool).await?
@@ -491,59 +499,35 @@ impl KeyTx for InboxTx {
         if answers.is_empty() {
             return Ok(());
         }
-        let done = match &mut self.tx {
-            Either::Sqlite(tx) => {
-                let rows: Vec<Value> = answers
-                    .iter()
-                    .map(|(c, r)| {
-                        json!([
-                            c.scope,
-                            c.key,
-                            c.claim_id,
-                            c.request_hash,
-                            r.status,
-                            r.body,
-                            c.now_ms
-                        ])
-                    })
-                    .collect();
-                sqlx::query(SQLITE_COMPLETE_MANY)
-                    .bind(Value::Array(rows).to_string())
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected()
-            }
-            Either::Postgres(tx) => {
-                let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
-                    answers.iter().map(|(claim, _)| f(claim)).collect()
-                };
-                sqlx::query(POSTGRES_COMPLETE_MANY)
-                    .bind(column(|c| &c.scope))
-                    .bind(column(|c| &c.key))
-                    .bind(column(|c| &c.claim_id))
-                    .bind(column(|c| &c.request_hash))
-                    .bind(answers.iter().map(|(c, _)| c.now_ms).collect::<Vec<i64>>())
-                    .bind(
-                        answers
-                            .iter()
-                            .map(|(_, r)| i64::from(r.status))
-                            .collect::<Vec<i64>>(),
-                    )
-                    .bind(
-                        answers
-                            .iter()
-                            .map(|(_, r)| r.body.as_str())
-                            .collect::<Vec<&str>>(),
-                    )
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected()
-            }
-        };
+        // SQLite's claim wrote nothing (see `claim_many`): each key is inserted now.
+        let done = self
+            .write_answered(answers, SQLITE_INSERT_ANSWERED, POSTGRES_COMPLETE_MANY)
+            .await?;
         if done == answers.len() as u64 {
             Ok(())
         } else {
             Err(StoreError(sqlx::Error::RowNotFound))
+        }
+    }
+
+    /// Each key inserted with its answer, on either database, unless a key has a row already (a
+    /// redelivery, an expired key, another consumer's claim once it commits): then SQLite's
+    /// insert fails, PostgreSQL's writes fewer rows (no error in the server's log for a
+    /// redelivery), and the transaction is only rolled back.
+    async fn insert_answered_many(
+        &mut self,
+        answers: &[(&Claim, &StoredResponse)],
+    ) -> Result<LateClaim, StoreError> {
+        match self
+            .write_answered(answers, SQLITE_INSERT_ANSWERED, POSTGRES_INSERT_ANSWERED)
+            .await
+        {
+            Ok(written) if written == answers.len() as u64 => Ok(LateClaim::Written),
+            Ok(_) => Ok(LateClaim::KeyHeld),
+            Err(StoreError(sqlx::Error::Database(e))) if e.is_unique_violation() => {
+                Ok(LateClaim::KeyHeld)
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -643,30 +627,106 @@ const POSTGRES_CLAIM_MANY: &str = "\
      WHERE inbox.created_at < $6 \
     RETURNING consumer, message_id";
 
-/// SQLite: each key's one row, with its answer.
-const SQLITE_COMPLETE_MANY: &str = "\
+/// SQLite: each key's one row, with its answer (a key with a row fails it).
+const SQLITE_INSERT_ANSWERED: &str = "\
     INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, response_status, \
                        response_body, created_at) \
     SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, 'done', value ->> 4, \
            value ->> 5, value ->> 6 \
       FROM json_each($1)";
 
+/// PostgreSQL: each key's row as it stays, with its answer, from one array per column (the
+/// statements below add what to do with a key that has a row).
+macro_rules! postgres_answered_rows {
+    () => {
+        "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
+                            response_status, response_body, created_at) \
+         SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, created_at \
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
+                       $6::bigint[], $7::text[]) \
+                AS answers (consumer, message_id, claim_id, request_hash, created_at, status, \
+                            body) "
+    };
+}
+
+/// PostgreSQL: each key's one row, with its answer; none for a key with a row (found after
+/// waiting for a transaction writing one).
+const POSTGRES_INSERT_ANSWERED: &str = concat!(
+    postgres_answered_rows!(),
+    "ON CONFLICT (consumer, message_id) DO NOTHING"
+);
+
 /// PostgreSQL: the answer written over each claim's row, only while the row is still that
 /// claim's. (A claimed row cannot be missing: its insert locked it until this transaction
 /// ends. Were it, the row would be inserted as it stays.)
-const POSTGRES_COMPLETE_MANY: &str = "\
-    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, response_status, \
-                       response_body, created_at) \
-    SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, created_at \
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], \
-                  $7::text[]) \
-           AS answers (consumer, message_id, claim_id, request_hash, created_at, status, body) \
-    ON CONFLICT (consumer, message_id) DO UPDATE \
+const POSTGRES_COMPLETE_MANY: &str = concat!(
+    postgres_answered_rows!(),
+    "ON CONFLICT (consumer, message_id) DO UPDATE \
        SET status = 'done', response_status = excluded.response_status, \
            response_body = excluded.response_body \
-     WHERE inbox.claim_id = excluded.claim_id";
+     WHERE inbox.claim_id = excluded.claim_id"
+);
 
 impl InboxTx {
+    /// Runs one of the statements that write keys with their answers (SQLite's text, or
+    /// PostgreSQL's): how many rows it wrote.
+    async fn write_answered(
+        &mut self,
+        answers: &[(&Claim, &StoredResponse)],
+        sqlite: &'static str,
+        postgres: &'static str,
+    ) -> Result<u64, StoreError> {
+        Ok(match &mut self.tx {
+            Either::Sqlite(tx) => {
+                let rows: Vec<Value> = answers
+                    .iter()
+                    .map(|(c, r)| {
+                        json!([
+                            c.scope,
+                            c.key,
+                            c.claim_id,
+                            c.request_hash,
+                            r.status,
+                            r.body,
+                            c.now_ms
+                        ])
+                    })
+                    .collect();
+                sqlx::query(sqlite)
+                    .bind(Value::Array(rows).to_string())
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
+            Either::Postgres(tx) => {
+                let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
+                    answers.iter().map(|(claim, _)| f(claim)).collect()
+                };
+                sqlx::query(postgres)
+                    .bind(column(|c| &c.scope))
+                    .bind(column(|c| &c.key))
+                    .bind(column(|c| &c.claim_id))
+                    .bind(column(|c| &c.request_hash))
+                    .bind(answers.iter().map(|(c, _)| c.now_ms).collect::<Vec<i64>>())
+                    .bind(
+                        answers
+                            .iter()
+                            .map(|(_, r)| i64::from(r.status))
+                            .collect::<Vec<i64>>(),
+                    )
+                    .bind(
+                        answers
+                            .iter()
+                            .map(|(_, r)| r.body.as_str())
+                            .collect::<Vec<&str>>(),
+                    )
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
+        })
+    }
+
     /// The committed record of the key a claim did not take.
     async fn held(&mut self, claim: &Claim) -> Result<Option<KeyRecord>, StoreError> {
         let row: Option<KeyRow> = on_either!(&mut self.tx, tx => {
