@@ -235,9 +235,9 @@ fn batched(mut scenario: Scenario, late_insert: LateInsert) -> Scenario {
     scenario
 }
 
-/// The scenarios above, with every send taken as a batch: redelivered anywhere, copies at once,
-/// a message id reused with another body, an expired key taken over, keys expiring and swept
-/// while their messages run.
+/// The scenarios above, with every send taken as a batch: redelivered anywhere, copies at once
+/// (on two instances, and on one), a message id reused with another body, an expired key
+/// taken over, keys expiring and swept while their messages run.
 #[test]
 fn messages_taken_in_batches_take_effect_once() {
     for (engine, late_insert) in BATCH_STORES {
@@ -249,12 +249,16 @@ fn messages_taken_in_batches_take_effect_once() {
             lock_bounds: 1,
             ..Budget::default()
         };
-        let mut copies = scenario(store, 2, vec![pay("k1", 1, &[A]), pay("k1", 1, &[B])]);
-        copies.budget = Budget {
+        let budget = Budget {
             lock_bounds: 1,
             crashes: 1,
             ..Budget::default()
         };
+        let mut copies = scenario(store, 2, vec![pay("k1", 1, &[A]), pay("k1", 1, &[B])]);
+        copies.budget = budget;
+        // Two on one instance: the second waits for the first in memory, then runs alone.
+        let mut copies_on_one = scenario(store, 1, vec![pay("k1", 1, &[A]), pay("k1", 1, &[A])]);
+        copies_on_one.budget = budget;
         let mut reused = scenario(store, 2, vec![pay("k1", 1, &[A, B]), pay("k1", 2, &[B, A])]);
         reused.budget = Budget {
             lock_bounds: 1,
@@ -263,6 +267,7 @@ fn messages_taken_in_batches_take_effect_once() {
         for (name, scenario) in [
             ("a message resent anywhere", resent),
             ("copies at once", copies),
+            ("copies at once on one instance", copies_on_one),
             ("a message id reused", reused),
             (
                 "an expired key taken over",
