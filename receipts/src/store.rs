@@ -114,6 +114,10 @@ impl Classify for StoreError {
 /// How long a claim waits for another consumer holding the same message.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A pooled PostgreSQL connection idle this long is pinged before it is lent. Longer than the
+/// checkout's second: a batch that fails on a connection broken meanwhile only comes again.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(10);
+
 impl Store {
     /// Opens (and migrates) `sqlite://FILE` (created if missing) or `postgres://…`.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
@@ -123,6 +127,16 @@ impl Store {
             let pool = PgPoolOptions::new()
                 .max_connections(16)
                 .acquire_timeout(Duration::from_secs(10))
+                // sqlx pings every connection it lends: a round trip before each batch. One in
+                // steady use is known alive (sqlx pings each given back, too), so only one
+                // idle for a while is pinged.
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        Ok(meta.idle_for < IDLE_BEFORE_PING
+                            || sqlx::Connection::ping(conn).await.is_ok())
+                    })
+                })
                 .connect_with(options)
                 .await?;
             POSTGRES_MIGRATIONS.run(&pool).await?;

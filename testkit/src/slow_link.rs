@@ -5,7 +5,11 @@
 //! whoever takes the address over later).
 //!
 //! It stands only for distance: every failover in the tests is Patroni's and HAProxy's.
+//! With no delay it is a witness of what the clients send: [`SlowLink::sends`] has the first
+//! byte of each send (a client that waits for each answer, as sqlx does, sends once per round
+//! trip; PostgreSQL's messages begin with their type).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,6 +21,8 @@ use tokio::time::Instant;
 pub struct SlowLink {
     pub port: u16,
     cuts: watch::Sender<u64>,
+    /// The first byte of each chunk read from a client, all connections together.
+    sends: Sends,
     task: JoinHandle<()>,
 }
 
@@ -27,6 +33,8 @@ impl SlowLink {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (cuts, cut) = watch::channel(0u64);
+        let sends = Sends::default();
+        let witnessed = sends.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -34,6 +42,7 @@ impl SlowLink {
                 };
                 let mut cut = cut.clone();
                 cut.mark_unchanged();
+                let witnessed = witnessed.clone();
                 tokio::spawn(async move {
                     // A target that refuses (its machine is down): the client's connection is
                     // closed at once, as a dead address would be.
@@ -45,14 +54,25 @@ impl SlowLink {
                     let (from_client, to_client) = client.into_split();
                     let (from_server, to_server) = server.into_split();
                     tokio::select! {
-                        () = delayed(from_client, to_server, delay) => {}
-                        () = delayed(from_server, to_client, delay) => {}
+                        () = delayed(from_client, to_server, delay, Some(witnessed)) => {}
+                        () = delayed(from_server, to_client, delay, None) => {}
                         _ = cut.changed() => {}
                     }
                 });
             }
         });
-        SlowLink { port, cuts, task }
+        SlowLink {
+            port,
+            cuts,
+            sends,
+            task,
+        }
+    }
+
+    /// The first byte of each send of the clients so far, in order: one a round trip for a
+    /// client that waits for each answer.
+    pub fn sends(&self) -> Vec<u8> {
+        self.sends.lock().unwrap().clone()
     }
 
     /// Cuts every open connection, dropping what is still on its way.
@@ -61,21 +81,29 @@ impl SlowLink {
     }
 }
 
-/// Copies `from` to `to`, each chunk written `delay` after it was read; ends when either side
-/// closes.
+type Sends = Arc<Mutex<Vec<u8>>>;
+
+/// Copies `from` to `to`, each chunk written `delay` after it was read (its first byte kept in
+/// `witnessed`, if given); ends when either side closes.
 async fn delayed(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Duration,
+    witnessed: Option<Sends>,
 ) {
     let (chunks, mut arriving) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let reading = async move {
         let mut buffer = vec![0u8; 64 * 1024];
         while let Ok(n) = from.read(&mut buffer).await {
-            if n == 0
-                || chunks
-                    .send((Instant::now() + delay, buffer[..n].to_vec()))
-                    .is_err()
+            if n == 0 {
+                break;
+            }
+            if let Some(witnessed) = &witnessed {
+                witnessed.lock().unwrap().push(buffer[0]);
+            }
+            if chunks
+                .send((Instant::now() + delay, buffer[..n].to_vec()))
+                .is_err()
             {
                 break;
             }

@@ -7,15 +7,17 @@
 //! second one. The receipts and the inbox are then what the books say. A batch whose
 //! transaction fails commits nothing of itself, and each of its messages then runs alone. Two
 //! consumers racing for one message (PostgreSQL) issue one receipt. A batch of new messages
-//! writes each inbox row once.
+//! writes each inbox row once, and costs a round trip per receipt and three more.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use checkout_idempotency::{Aborted, HookFuture, Hooks, Outcome, Protocol};
 use checkout_receipts::consumer::{INBOX_TTL, issue_receipts};
 use checkout_receipts::receipt;
 use checkout_receipts::store::Store;
+use checkout_testkit::slow_link::SlowLink;
 use checkout_testkit::{Backend, TestDb};
 use serde_json::{Value, json};
 
@@ -322,4 +324,58 @@ async fn a_batch_of_new_messages_writes_each_inbox_row_once() {
         ["evt_1 done 201", "evt_2 done 201", "evt_3 done 201"]
     );
     assert_eq!(store.totals().await.unwrap().net, 6_000);
+}
+
+/// PostgreSQL: a batch of new messages costs a round trip per receipt and three more — BEGIN,
+/// the inbox's one statement, COMMIT — whatever else the pool does: no ping of a connection
+/// in steady use before it is lent (sqlx's default, a round trip per batch for nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_of_new_messages_is_a_round_trip_per_receipt_and_three_more() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let cluster = checkout_testkit::postgres::cluster();
+    let database = db.url.rsplit('/').next().unwrap();
+    assert_eq!(db.url, cluster.url(database));
+    // A link with no delay: it only witnesses what the consumer sends.
+    let link = SlowLink::start(cluster.port, Duration::ZERO).await;
+    let store = Store::open(&format!(
+        "postgres://postgres@127.0.0.1:{}/{database}",
+        link.port
+    ))
+    .await
+    .expect("the store opens");
+    let protocol = Protocol::new(INBOX_TTL);
+    let first = [("evt_0", payment("pay_0", 500))];
+    assert_eq!(batch(&store, &protocol, &first).await, ["executed 201"]);
+    // sqlx pings each connection given back to its pool (which also sends the ROLLBACK of a
+    // transaction dropped unfinished), off the batch's way: the first batch's, seen, so that it
+    // is not taken for the next batch's.
+    checkout_testkit::wait_until(
+        "the first batch's connection given back",
+        Duration::from_secs(5),
+        || {
+            let sends = link.sends();
+            async move { sends.last() == Some(&b'S') }
+        },
+    )
+    .await;
+
+    let before = link.sends().len();
+    let outcomes = batch(&store, &protocol, &three_payments()).await;
+    assert_eq!(outcomes, ["executed 201", "executed 201", "executed 201"]);
+    // What the batch sent, by PostgreSQL's message types: Q a simple query (BEGIN, COMMIT), B a
+    // prepared statement's execution, S a lone Sync (sqlx's ping; the one that gives the
+    // connection back after the batch may or may not be sent yet). Left out: P, a statement
+    // prepared on a connection's first use, and a new connection's startup (0): the pool lends
+    // whichever connection it likes.
+    let sent: String = link.sends()[before..]
+        .iter()
+        .filter(|kind| !matches!(kind, b'P' | 0))
+        .map(|kind| char::from(*kind))
+        .collect();
+    assert_eq!(
+        sent.trim_end_matches('S'),
+        "QBBBBQ",
+        "BEGIN, a receipt each, the inbox's one statement, COMMIT"
+    );
+    assert_eq!(store.totals().await.unwrap().net, 6_500);
 }
