@@ -135,17 +135,16 @@ impl Operation<Tx> for Charge {
     }
 
     /// On PostgreSQL, the common payment (an open session of the shopper's mode and currency,
-    /// money enough, a new key) in one read and one statement, 2 round trips where the steps
-    /// take 5; a completed key is answered from the read. Anything else (a decline, a key in
+    /// money enough, a new key) in one read and one statement on one lent connection, 2 round
+    /// trips where the steps take 5; a completed key is answered from the read. Anything else (a decline, a key in
     /// flight or expired, a session raced meanwhile) is the steps' to settle: nothing is
     /// written here then.
     async fn at_once(&self, claim: &Claim) -> Result<AtOnce, OperationError> {
-        if !self.store.pays_at_once() {
+        let Some(mut lent) = self.store.lend_to_pay_at_once().await? else {
             return Ok(AtOnce::NotDone);
-        }
+        };
         let shopper = claim.scope.as_str();
-        let outlook = self
-            .store
+        let outlook = lent
             .payment_outlook(&self.checkout_session_id, shopper, &claim.key)
             .await?;
         if let Some(key) = outlook.key {
@@ -183,8 +182,7 @@ impl Operation<Tx> for Charge {
             balance: Some(BALANCE_SENTINEL),
             ..payment.clone()
         });
-        let paid = self
-            .store
+        let paid = lent
             .pay_at_once(&PaymentAtOnce {
                 claim,
                 payer: &payer,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use checkout_backend::operations::error::OperationError;
+use checkout_backend::operations::payments::Charge;
 use checkout_backend::store::{
     AccountKind, EntryKind, LedgerEntry, NewSession, Pooling, ShopRow, Store, StoreError,
     StoreSettings, Tx, sessions,
@@ -1090,4 +1091,115 @@ async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
         0,
         "no transaction is left open"
     );
+}
+
+/// PostgreSQL: a keyed payment settled at once (its read, then its statement) borrows one
+/// pooled connection for both and gives it back once. sqlx pings each connection given back: a
+/// round trip for the database, which each statement run on the pool would pay for itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_payment_at_once_gives_its_connection_back_once() {
+    let (db, direct) = setup(Backend::Postgres).await;
+    let now = now_ms();
+    direct
+        .write(move |tx| {
+            Box::pin(async move {
+                tx.insert_account(
+                    "acc_shop",
+                    "hash-shop",
+                    AccountKind::Shop,
+                    false,
+                    "RUB",
+                    0,
+                    now,
+                )
+                .await?;
+                tx.insert_account(
+                    "acc_payer",
+                    "hash-payer",
+                    AccountKind::Shopper,
+                    false,
+                    "RUB",
+                    5_000,
+                    now,
+                )
+                .await?;
+                tx.insert_session(&NewSession {
+                    session_id: "cs_once",
+                    shop_account_id: "acc_shop",
+                    order_id: "ord-once",
+                    amount: 1_200,
+                    currency: "RUB",
+                    description: None,
+                    items: r#"[{"name":"Чай","quantity":1,"unit_price":1200}]"#,
+                    expires_at: now + 3_600_000,
+                    created_at: now,
+                    return_url: None,
+                })
+                .await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    drop(direct);
+    // The suite's cluster, reached through a link with no delay: a witness of what is sent.
+    let cluster = checkout_testkit::postgres::cluster();
+    let link = checkout_testkit::slow_link::SlowLink::start(cluster.port, Duration::ZERO).await;
+    let database = db.url.rsplit('/').next().unwrap();
+    let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
+    let settings = StoreSettings {
+        pool_size: 1,
+        ..settings(&db, LOCK_TIMEOUT)
+    };
+    let store = Store::connect(&via_link, settings).await.unwrap();
+    let given_back = || async { link.sends().last() == Some(&b'S') };
+    checkout_testkit::wait_until(
+        "the store's connection given back",
+        Duration::from_secs(5),
+        given_back,
+    )
+    .await;
+
+    let before = link.sends().len();
+    let body = json!({"checkout_session_id": "cs_once"});
+    let request = KeyedRequest {
+        scope: "acc_payer",
+        key: "key-once",
+        method: "POST",
+        route: "/v1/payments",
+        body: &body,
+    };
+    let charge = Charge {
+        checkout_session_id: "cs_once".into(),
+        currency: "RUB".into(),
+        livemode: false,
+        store: store.clone(),
+    };
+    let outcome = Protocol::new(TTL)
+        .execute(&store, request, charge)
+        .await
+        .unwrap();
+    let Outcome::Executed { response, .. } = outcome else {
+        panic!("the payment runs: {outcome:?}");
+    };
+    assert_eq!(response.status, 201, "{}", response.body);
+    checkout_testkit::wait_until(
+        "the payment's connection given back",
+        Duration::from_secs(5),
+        given_back,
+    )
+    .await;
+    // By PostgreSQL's message types: B a prepared statement's execution, S a lone Sync (sqlx's
+    // ping of a connection given back). Left out: P, a statement prepared on first use.
+    let sent: String = link.sends()[before..]
+        .iter()
+        .filter(|kind| **kind != b'P')
+        .map(|kind| char::from(*kind))
+        .collect();
+    assert_eq!(
+        sent, "BBS",
+        "the outlook, the payment, one connection given back"
+    );
+    let paid: serde_json::Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(paid["balance"], 3_800, "{}", response.body);
 }
