@@ -135,16 +135,17 @@ impl Operation<Tx> for Charge {
     }
 
     /// On PostgreSQL, the common payment (an open session of the shopper's mode and currency,
-    /// money enough, a new key) in one read and one statement on one lent connection, 2 round
-    /// trips where the steps take 5; a completed key is answered from the read. Anything else (a decline, a key in
+    /// money enough, a new key) in one read and one statement, 2 round trips where the steps
+    /// take 5; a completed key is answered from the read. Anything else (a decline, a key in
     /// flight or expired, a session raced meanwhile) is the steps' to settle: nothing is
     /// written here then.
     async fn at_once(&self, claim: &Claim) -> Result<AtOnce, OperationError> {
-        let Some(mut lent) = self.store.lend_to_pay_at_once().await? else {
+        if !self.store.pays_at_once() {
             return Ok(AtOnce::NotDone);
-        };
+        }
         let shopper = claim.scope.as_str();
-        let outlook = lent
+        let outlook = self
+            .store
             .payment_outlook(&self.checkout_session_id, shopper, &claim.key)
             .await?;
         if let Some(key) = outlook.key {
@@ -182,7 +183,8 @@ impl Operation<Tx> for Charge {
             balance: Some(BALANCE_SENTINEL),
             ..payment.clone()
         });
-        let paid = lent
+        let paid = self
+            .store
             .pay_at_once(&PaymentAtOnce {
                 claim,
                 payer: &payer,

@@ -42,7 +42,7 @@ pub use payments::{
     EntryKind, LedgerEntry, NewPayment, NewRefund, Payer, PaymentAtOnce, PaymentChange,
     PaymentOutlook, PaymentRow, RefundRow, Refunded,
 };
-pub use postgres::{PgLent, PgStore, PgTx, Pooling, compose_with_deferred};
+pub use postgres::{PgStore, PgTx, Pooling, compose_with_deferred};
 use row::{Arg, ReadRow};
 pub use row::{Template, replace_placeholders};
 pub use sessions::{ExpiredSession, NewSession, SessionRow, TakenSession};

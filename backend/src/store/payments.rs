@@ -8,7 +8,7 @@ use checkout_idempotency::{Claim, KeyRecord, StoredResponse};
 
 use super::events::{NewEvent, POSTGRES_INSERT_EVENT};
 use super::keys::read_key;
-use super::postgres::{AtOnceWrite, PgLent};
+use super::postgres::AtOnceWrite;
 use super::row::{Arg, Row, RowError, replace_placeholders};
 use super::sessions::TakenSession;
 use super::{Store, StoreError, Tx};
@@ -446,7 +446,7 @@ impl PaymentOutlook {
     }
 }
 
-/// A keyed payment settled at once ([`PgLent::pay_at_once`]).
+/// A keyed payment settled at once ([`Store::pay_at_once`]).
 pub struct PaymentAtOnce<'a> {
     pub claim: &'a Claim,
     pub payer: &'a Payer<'a>,
@@ -489,21 +489,15 @@ impl Store {
 }
 
 impl Store {
-    /// A connection on which a payment can be settled at once: PostgreSQL with named
-    /// statements (see [`PgLent::write_at_once`]); `None` elsewhere. The outlook and the
-    /// statement run on it one after the other, and it goes back to the pool once.
-    pub async fn lend_to_pay_at_once(&self) -> Result<Option<PgLent>, StoreError> {
-        match self {
-            Store::Postgres(store) if store.prepared() => Ok(Some(store.lend().await?)),
-            _ => Ok(None),
-        }
+    /// Whether a payment can be settled at once here: PostgreSQL with named statements (see
+    /// [`super::PgStore::write_at_once`]).
+    pub fn pays_at_once(&self) -> bool {
+        matches!(self, Store::Postgres(store) if store.prepared())
     }
-}
 
-impl PgLent {
     /// The session, the shopper's balance and the key, in one read.
     pub async fn payment_outlook(
-        &mut self,
+        &self,
         session_id: &str,
         shopper_account_id: &str,
         key: &str,
@@ -527,9 +521,12 @@ impl PgLent {
     /// The keyed payment whole, in one statement ([`POSTGRES_PAY_AT_ONCE`]): the answer stored
     /// under the key, or `None` when nothing was written (the protocol's steps then decide).
     pub async fn pay_at_once(
-        &mut self,
+        &self,
         payment: &PaymentAtOnce<'_>,
     ) -> Result<Option<StoredResponse>, StoreError> {
+        let Store::Postgres(store) = self else {
+            return Ok(None);
+        };
         let (claim, payer, event) = (payment.claim, payment.payer, payment.event);
         let mut args = payer.chain_args(claim).to_vec();
         args.extend([
@@ -538,7 +535,7 @@ impl PgLent {
             Arg::Text(payment.answer),
         ]);
         args.extend(event.args());
-        let written = self
+        let written = store
             .write_at_once(&POSTGRES_PAY_AT_ONCE, &args, |row| {
                 row.text("response_body")
             })

@@ -8,13 +8,12 @@
 //! Every statement costs the database about the same here, so a keyed request sends only what
 //! it needs: `BEGIN`, the claim (which also tells a replay), the change, the answer, `COMMIT`;
 //! and a payment, where it can, one read and one statement outside any transaction
-//! ([`PgLent::write_at_once`]).
+//! ([`PgStore::write_at_once`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::{PgExecutor, PgPool, Postgres, Row as _, Transaction};
@@ -218,7 +217,7 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// How an autocommit statement ([`PgLent::write_at_once`]) came out.
+/// How an autocommit statement ([`PgStore::write_at_once`]) came out.
 pub enum AtOnceWrite<T> {
     /// Committed: its rows.
     Committed(Vec<T>),
@@ -228,47 +227,18 @@ pub enum AtOnceWrite<T> {
 }
 
 impl PgStore {
-    /// A pooled connection for several autocommit statements in a row ([`PgLent`]). Only
-    /// where statements are named and kept ([`PgStore::prepared`]).
-    pub(super) async fn lend(&self) -> Result<PgLent, StoreError> {
-        let _waiting = Waiting::count(&self.waiting);
-        let conn = self.pool.acquire().await.map_err(classify)?;
-        Ok(PgLent { conn })
-    }
-}
-
-/// A pooled connection lent for a few autocommit statements in a row (a read, then a write
-/// that depends on it), given back to the pool once: sqlx pings each connection given back
-/// (a round trip for the database), and statements run on the pool would each borrow and give
-/// back their own. No transaction is open on it, so a caller dropped in between leaves nothing
-/// behind.
-pub struct PgLent {
-    conn: PoolConnection<Postgres>,
-}
-
-impl PgLent {
-    /// A read, as [`PgStore::read`] does where statements are named.
-    pub(super) async fn read<T>(
-        &mut self,
-        sql: &str,
-        args: &[Arg<'_>],
-        read: ReadRow<T>,
-    ) -> Result<Vec<T>, StoreError> {
-        fetch_all(&mut *self.conn, sql, args, read, true).await
-    }
-
     /// One statement outside any transaction, i.e. its own: all of it commits, or nothing. One
     /// round trip once the connection has it prepared. Only where statements are named and kept
     /// ([`PgStore::prepared`]): an unnamed one is parsed and run in two exchanges, which a
     /// transaction pooler may give to two server connections. A failure that is not the
     /// database's refusal leaves the outcome unknown ([`StoreError::InDoubt`]).
     pub(super) async fn write_at_once<T>(
-        &mut self,
+        &self,
         sql: &str,
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<AtOnceWrite<T>, StoreError> {
-        let rows = match fetch_rows(&mut *self.conn, sql, args, true).await {
+        let rows = match fetch_rows(&self.pool, sql, args, true).await {
             Ok(rows) => rows,
             Err(sqlx::Error::Database(db)) if refused(db.code().as_deref()) => {
                 return Ok(AtOnceWrite::Refused);
