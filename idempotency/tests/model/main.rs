@@ -76,15 +76,21 @@ fn scenario(store: (Engine, bool), instances: usize, clients: Vec<ClientPlan>) -
 #[test]
 fn a_request_resent_anywhere_takes_effect_once() {
     for store in STORES {
-        let mut scenario = scenario(store, 2, vec![pay("k1", 1, &[A, B, A])]);
-        scenario.budget = Budget {
-            crashes: 1,
-            lost_answers: 1,
-            lock_bounds: 1,
-            ..Budget::default()
-        };
-        holds("a request resent anywhere", &scenario);
+        holds("a request resent anywhere", &resent_anywhere(store));
     }
+}
+
+/// A click resent after no answer (to another instance, then back), while an instance may
+/// crash, an answer be lost and a wait run out.
+fn resent_anywhere(store: (Engine, bool)) -> Scenario {
+    let mut scenario = scenario(store, 2, vec![pay("k1", 1, &[A, B, A])]);
+    scenario.budget = Budget {
+        crashes: 1,
+        lost_answers: 1,
+        lock_bounds: 1,
+        ..Budget::default()
+    };
+    scenario
 }
 
 /// A double click: two copies at once on one instance (one waits for the other in memory) and a
@@ -242,13 +248,7 @@ fn batched(mut scenario: Scenario, late_insert: LateInsert) -> Scenario {
 fn messages_taken_in_batches_take_effect_once() {
     for (engine, late_insert) in BATCH_STORES {
         let store = (engine, false);
-        let mut resent = scenario(store, 2, vec![pay("k1", 1, &[A, B, A])]);
-        resent.budget = Budget {
-            crashes: 1,
-            lost_answers: 1,
-            lock_bounds: 1,
-            ..Budget::default()
-        };
+        let resent = resent_anywhere(store);
         let budget = Budget {
             lock_bounds: 1,
             crashes: 1,
