@@ -513,10 +513,7 @@ impl KeyTx for InboxTx {
         if answers.is_empty() {
             return Ok(());
         }
-        // SQLite's claim wrote nothing (see `claim_many`): each key is inserted now.
-        let done = self
-            .write_answered(answers, SQLITE_INSERT_ANSWERED, POSTGRES_COMPLETE_MANY)
-            .await?;
+        let done = self.write_answered(answers, POSTGRES_COMPLETE_MANY).await?;
         if done == answers.len() as u64 {
             Ok(())
         } else {
@@ -532,10 +529,7 @@ impl KeyTx for InboxTx {
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
     ) -> Result<LateClaim, StoreError> {
-        match self
-            .write_answered(answers, SQLITE_INSERT_ANSWERED, POSTGRES_INSERT_ANSWERED)
-            .await
-        {
+        match self.write_answered(answers, POSTGRES_INSERT_ANSWERED).await {
             Ok(written) if written == answers.len() as u64 => Ok(LateClaim::Written),
             Ok(_) => Ok(LateClaim::KeyHeld),
             Err(StoreError(sqlx::Error::Database(e))) if e.is_unique_violation() => {
@@ -682,12 +676,12 @@ const POSTGRES_COMPLETE_MANY: &str = concat!(
 );
 
 impl InboxTx {
-    /// Runs one of the statements that write keys with their answers (SQLite's text, or
-    /// PostgreSQL's): how many rows it wrote.
+    /// Writes each key with its answer: SQLite inserts every one ([`SQLITE_INSERT_ANSWERED`],
+    /// its claims wrote nothing); PostgreSQL runs `postgres`, which says what to do with a key
+    /// that has a row. How many rows it wrote.
     async fn write_answered(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
-        sqlite: &'static str,
         postgres: &'static str,
     ) -> Result<u64, StoreError> {
         Ok(match &mut self.tx {
@@ -706,7 +700,7 @@ impl InboxTx {
                         ])
                     })
                     .collect();
-                sqlx::query(sqlite)
+                sqlx::query(SQLITE_INSERT_ANSWERED)
                     .bind(Value::Array(rows).to_string())
                     .execute(&mut **tx)
                     .await?
