@@ -511,44 +511,6 @@ impl MemoryTx {
         Ok(Claimed::Taken(holder.map(|row| row.record())))
     }
 
-    /// A batch's late claim: one statement inserting every key, done, with its answer. On
-    /// PostgreSQL each insert waits for a transaction holding the key's row (its claim or its
-    /// own insert) and fails on a row there; on SQLite this transaction is the one writer, and
-    /// what is committed is current.
-    async fn insert_answered(
-        &mut self,
-        answers: &[(&Claim, &StoredResponse)],
-    ) -> Result<LateClaim, MemoryError> {
-        let overwrites = match self.shared.late_insert {
-            LateInsert::Never => return Ok(LateClaim::KeyHeld),
-            LateInsert::Plain => false,
-            LateInsert::Overwrites => true,
-        };
-        if self.shared.engine == Engine::Postgres {
-            self.shared.turns.turn(Statement::LateClaim).await;
-        }
-        for (claim, response) in answers {
-            let id = key_id(&claim.scope, &claim.key);
-            if self.shared.engine == Engine::Postgres {
-                self.wait_for_row(&id).await?;
-            }
-            let mut tables = self.shared.tables();
-            if !overwrites && (tables.keys.contains_key(&id) || self.keys.contains_key(&id)) {
-                return Ok(LateClaim::KeyHeld);
-            }
-            if self.shared.engine == Engine::Postgres {
-                tables.row_locks.insert(id.clone(), self.id);
-            }
-            drop(tables);
-            let row = KeyRow {
-                response: Some((*response).clone()),
-                ..new_row(claim)
-            };
-            self.keys.insert(id, row);
-        }
-        Ok(LateClaim::Written)
-    }
-
     /// The SQLite claim: this transaction is the one writer, so what is committed is current.
     async fn claim_sqlite(
         &mut self,
@@ -621,11 +583,42 @@ impl KeyTx for MemoryTx {
         }
     }
 
+    /// A batch's late claim: one statement inserting every key, done, with its answer. On
+    /// PostgreSQL each insert waits for a transaction holding the key's row (its claim or its
+    /// own insert) and fails on a row there; on SQLite this transaction is the one writer, and
+    /// what is committed is current.
     async fn insert_answered_many(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
     ) -> Result<LateClaim, MemoryError> {
-        self.insert_answered(answers).await
+        let overwrites = match self.shared.late_insert {
+            LateInsert::Never => return Ok(LateClaim::KeyHeld),
+            LateInsert::Plain => false,
+            LateInsert::Overwrites => true,
+        };
+        if self.shared.engine == Engine::Postgres {
+            self.shared.turns.turn(Statement::LateClaim).await;
+        }
+        for (claim, response) in answers {
+            let id = key_id(&claim.scope, &claim.key);
+            if self.shared.engine == Engine::Postgres {
+                self.wait_for_row(&id).await?;
+            }
+            let mut tables = self.shared.tables();
+            if !overwrites && (tables.keys.contains_key(&id) || self.keys.contains_key(&id)) {
+                return Ok(LateClaim::KeyHeld);
+            }
+            if self.shared.engine == Engine::Postgres {
+                tables.row_locks.insert(id.clone(), self.id);
+            }
+            drop(tables);
+            let row = KeyRow {
+                response: Some((*response).clone()),
+                ..new_row(claim)
+            };
+            self.keys.insert(id, row);
+        }
+        Ok(LateClaim::Written)
     }
 }
 
