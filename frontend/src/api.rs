@@ -35,23 +35,25 @@ pub enum Failure {
 /// for while this code was still on its way (`index.html`), the first time; else a new call.
 pub async fn test_shopper() -> Result<ShopperToken, Failure> {
     let text = match asked_early(EARLY_TEST_SHOPPER) {
-        Some(answer) => answer_text(answer.await).await?,
+        Some(answer) => answer.await.ok_or(Failure::Unavailable)?,
         None => fetch_text(Call::new("POST", "/api/test/shoppers".into())).await?,
     };
     parsed(&text)
 }
 
 /// Where the payment page's own script leaves the request for a test shopper it sent before
-/// the widget's code arrived (a `Promise` of the `Response`).
+/// the widget's code arrived: a `Promise` of a `2xx` answer's body, read by the page too
+/// (read here, the body would come in a task of its own, behind the widget's first render:
+/// tens of milliseconds more to an enabled «Оплатить» on a slow machine).
 const EARLY_TEST_SHOPPER: &str = "checkoutTestShopper";
 
-/// The request the page left under `name`, taken once (a later call sends its own).
-fn asked_early(name: &str) -> Option<impl Future<Output = Result<Response, JsValue>>> {
+/// The answer's body the page left under `name`, taken once (a later call sends its own).
+fn asked_early(name: &str) -> Option<impl Future<Output = Option<String>>> {
     let window = web_sys::window()?;
     let name = JsValue::from_str(name);
     let promise: js_sys::Promise = js_sys::Reflect::get(&window, &name).ok()?.dyn_into().ok()?;
     let _ = js_sys::Reflect::delete_property(&window, &name);
-    Some(async move { JsFuture::from(promise).await?.dyn_into() })
+    Some(async move { JsFuture::from(promise).await.ok()?.as_string() })
 }
 
 /// A checkout session's public view: what the shop asks to be paid.
