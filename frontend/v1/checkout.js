@@ -95,11 +95,28 @@
     return ready;
   }
 
+  // Whether the parser is past `element` (its content is whole): a node follows it or one of
+  // its ancestors, or the document is parsed. An element framed before that would get the rest
+  // of its content (a shop's «Загружаем…») beside its frame.
+  function parsed(element) {
+    if (document.readyState !== "loading") return true;
+    for (let node = element; node; node = node.parentNode) if (node.nextSibling) return true;
+    return false;
+  }
+
+  // Elements found while their content was still being parsed, framed once it is.
+  const unparsed = new Set();
+
   function mountAll(root) {
     const found = root.matches && root.matches("[data-checkout-session]") ? [root] : [];
     if (root.querySelectorAll) found.push(...root.querySelectorAll("[data-checkout-session]"));
     for (const element of found) {
       if (mounted.has(element)) continue;
+      if (!parsed(element)) {
+        unparsed.add(element);
+        continue;
+      }
+      unparsed.delete(element);
       try {
         mount(element, { session: element.dataset.checkoutSession });
       } catch (_) {
@@ -109,15 +126,18 @@
   }
 
   window.Checkout = Object.freeze({ mount });
-  // The elements before this script are whole already: they get their frames now. Elements
-  // still being parsed are taken once the document is, and any added later as they come.
+  // Every element gets its frame as soon as the parser is past it: the frame loads while the
+  // rest of the shop's page is still coming (this script in the page's <head>, `async`, is the
+  // earliest). Elements added later get theirs as they come.
   mountAll(document);
-  const watch = () => {
-    mountAll(document);
-    new MutationObserver((changes) => {
-      for (const change of changes) for (const node of change.addedNodes) mountAll(node);
-    }).observe(document.documentElement, { childList: true, subtree: true });
-  };
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
-  else watch();
+  new MutationObserver((changes) => {
+    for (const element of unparsed) {
+      if (element.isConnected) mountAll(element);
+      else unparsed.delete(element);
+    }
+    for (const change of changes) for (const node of change.addedNodes) mountAll(node);
+  }).observe(document, { childList: true, subtree: true });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", () => mountAll(document));
+  }
 })();

@@ -434,6 +434,43 @@ for (const m of [{type: "checkout:ready"}, {type: "checkout:paid",
     let _ = c.browser.close().await;
 }
 
+/// The loader in a shop page's `<head>` frames an element the moment the parser is past it, not
+/// once the whole page is parsed: the frame loads while the rest of a (long) shop page is still
+/// coming. The shop's script right after the element already finds the frame there; the
+/// element's own content (a «Загружаем оплату…» of the shop's) is replaced whole, and the frame
+/// offers «Оплатить».
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_is_made_as_soon_as_the_parser_is_past_its_element() {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let session = shop.session("ORD-EARLY", 30_000).await;
+    let body = format!(
+        r##"<div id="a" data-checkout-session="{session}"><p>Загружаем оплату…</p></div>
+<script>window.framedWhileParsing = document.querySelectorAll("#a iframe").length;</script>
+<p>Доставка: курьером, завтра.</p>"##
+    );
+    let page = serve_shop_page(shop_html(&c.server.base, &body)).await;
+    register_origins(&c, &shop, &[&page]).await;
+    c.browser.goto(&page).await.unwrap();
+    assert_eq!(
+        c.js("return window.framedWhileParsing;").await,
+        json!(1),
+        "the frame is there when the shop's next script runs"
+    );
+    assert_eq!(
+        c.js("const a = document.querySelector('#a'); \
+              return [a.children.length, a.firstElementChild.tagName, a.textContent];")
+            .await,
+        json!([1, "IFRAME", ""]),
+        "the element holds its frame only"
+    );
+    c.enter_frame_in("#a").await;
+    c.wait_for(PAY_ENABLED).await;
+    c.on_top().await;
+    assert_eq!(wait_for_heard(&c, "checkout:ready", 1).await.len(), 1);
+    let _ = c.browser.close().await;
+}
+
 /// Only the pages a shop registered may frame its payment pages: on any other origin Chromium
 /// refuses to show it (`frame-ancestors`), and the element hears `checkout:error`. Registering
 /// the origin is what lets it in. A session that does not exist is said so to the page.
