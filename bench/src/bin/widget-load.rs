@@ -2,9 +2,11 @@
 //! the shopper downloads for it: the widget in its frame (the loader, then `/pay/{id}`; the
 //! shop's page on another site, and on the same site) against the widget as it was, inside the
 //! shop's page (its release build from the commit before the
-//! frame, given as `--baseline`), in one run, on one machine, each load in a fresh Chromium
-//! (cold cache, empty storage). Both are served by the same checkout server (the baseline's
-//! files compressed as the frame's are), so the difference is the design, not the transport.
+//! frame, given as `--baseline`), in one run, on one machine. Each variant's round is a fresh
+//! Chromium (cold cache, empty storage) loading one session's page (cold), then, in the same
+//! tab, another session's (warm: a returning shopper, the files cached, the tab's shopper
+//! known). Both are served by the same checkout server (the baseline's files compressed as the
+//! frame's are), so the difference is the design, not the transport.
 //!
 //! The time is Chromium's own: from the shop's page's `timeOrigin` to the widget's
 //! `checkout:pay-enabled` performance mark (in the frame; for the baseline, made by the page the
@@ -23,7 +25,7 @@ use serde_json::Value;
     about = "Time to an enabled «Оплатить» and bytes downloaded: the frame against the widget in the page"
 )]
 struct Args {
-    /// Loads of each variant (the median is reported).
+    /// Rounds of each variant, a cold and a warm load each (medians are reported).
     #[arg(long, default_value_t = 20)]
     loads: usize,
     /// The widget's build (scripts/test and scripts/run make it).
@@ -136,51 +138,80 @@ async fn main() {
         .await;
     assert!(ok, "set-origins: {out} {err}");
 
-    // Two loads of each first, not counted: the server's compressed copies are made, the
+    let variants = [
+        Variant::Framed(shop_page.clone()),
+        Variant::Framed(same_site.clone()),
+        Variant::InPage(server.base.clone()),
+    ];
+    // A round of each first, not counted: the server's compressed copies are made, the
     // machine's caches of Chromium's own files are warm.
-    for n in 0..2 {
-        let session = shop.session(&format!("ORD-WF{n}"), 30_000).await;
-        load_framed(&format!("{shop_page}/?session={session}")).await;
-        let session = shop.session(&format!("ORD-WP{n}"), 30_000).await;
-        load_in_page(&format!(
-            "{}/baseline/shop.html?session={session}",
-            server.base
-        ))
-        .await;
+    for (n, variant) in variants.iter().enumerate() {
+        variant.round(&shop, &format!("W{n}")).await;
     }
-    let (mut framed, mut same, mut in_page) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rounds: [Vec<Round>; 3] = Default::default();
     for n in 0..args.loads {
         // In turn, so that a noisy moment of the machine falls on all.
-        let session = shop.session(&format!("ORD-F{n}"), 30_000).await;
-        framed.push(load_framed(&format!("{shop_page}/?session={session}")).await);
-        let session = shop.session(&format!("ORD-S{n}"), 30_000).await;
-        same.push(load_framed(&format!("{same_site}/?session={session}")).await);
-        let session = shop.session(&format!("ORD-P{n}"), 30_000).await;
-        in_page.push(
-            load_in_page(&format!(
-                "{}/baseline/shop.html?session={session}",
-                server.base
-            ))
-            .await,
-        );
+        for (v, variant) in variants.iter().enumerate() {
+            rounds[v].push(variant.round(&shop, &format!("{v}-{n}")).await);
+        }
+        let [framed, same, in_page] = &rounds;
         eprintln!(
-            "load {}/{}: frame {:.0} ms (same site {:.0} ms), in the page {:.0} ms",
+            "round {}/{}: cold, warm ms: frame {:.0}, {:.0} (same site {:.0}, {:.0}); in the page {:.0}, {:.0}",
             n + 1,
             args.loads,
-            framed[n].ready_ms,
-            same[n].ready_ms,
-            in_page[n].ready_ms
+            framed[n].cold.ready_ms,
+            framed[n].warm.ready_ms,
+            same[n].cold.ready_ms,
+            same[n].warm.ready_ms,
+            in_page[n].cold.ready_ms,
+            in_page[n].warm.ready_ms,
         );
     }
-    let report = report(&framed, &same, &in_page);
+    let [framed, same, in_page] = &rounds;
+    let report = report(framed, same, in_page);
     std::fs::write(&args.out, &report).unwrap();
     println!("{report}");
 }
 
+/// What is measured: the widget in its frame (the shop's page at this base), or in the page.
+enum Variant {
+    Framed(String),
+    InPage(String),
+}
+
+/// One browser's two loads: a first visit, then a returning shopper's.
+struct Round {
+    cold: Load,
+    warm: Load,
+}
+
+impl Variant {
+    /// A fresh Chromium loads a new session's page, then another's in the same tab.
+    async fn round(&self, shop: &checkout_testkit::Shop, name: &str) -> Round {
+        let (_chromium, client) = chromium::open(520, 900).await;
+        let mut loads = Vec::new();
+        for visit in ["A", "B"] {
+            let session = shop.session(&format!("ORD-{name}{visit}"), 30_000).await;
+            loads.push(match self {
+                Variant::Framed(shop_page) => {
+                    load_framed(&client, &format!("{shop_page}/?session={session}")).await
+                }
+                Variant::InPage(checkout) => {
+                    let url = format!("{checkout}/baseline/shop.html?session={session}");
+                    load_in_page(&client, &url).await
+                }
+            });
+        }
+        let _ = client.close().await;
+        let warm = loads.pop().unwrap();
+        let cold = loads.pop().unwrap();
+        Round { cold, warm }
+    }
+}
+
 /// The widget in its frame: the shop's page (on its own origin) with the loader; the time is
 /// the frame's mark on the shop's page's clock.
-async fn load_framed(url: &str) -> Load {
-    let (_chromium, client) = chromium::open(520, 900).await;
+async fn load_framed(client: &Client, url: &str) -> Load {
     client.goto(url).await.unwrap();
     let frame = client
         .wait()
@@ -189,7 +220,7 @@ async fn load_framed(url: &str) -> Load {
         .await
         .expect("the loader made a frame");
     frame.enter_frame().await.unwrap();
-    let inside = marked(&client).await;
+    let inside = marked(client).await;
     client.enter_frame(None).await.unwrap();
     let page: Value = client.execute(RESOURCES, vec![]).await.unwrap();
     let mut load = Load {
@@ -207,21 +238,18 @@ async fn load_framed(url: &str) -> Load {
         }
     }
     add_widget_files(&mut load, &inside);
-    let _ = client.close().await;
     load
 }
 
 /// The widget as it was, in the shop's page.
-async fn load_in_page(url: &str) -> Load {
-    let (_chromium, client) = chromium::open(520, 900).await;
+async fn load_in_page(client: &Client, url: &str) -> Load {
     client.goto(url).await.unwrap();
-    let page = marked(&client).await;
+    let page = marked(client).await;
     let mut load = Load {
         ready_ms: page["mark"].as_f64().unwrap(),
         ..Load::default()
     };
     add_widget_files(&mut load, &page);
-    let _ = client.close().await;
     load
 }
 
@@ -304,19 +332,55 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-fn report(framed: &[Load], same_site: &[Load], in_page: &[Load]) -> String {
-    let times = |loads: &[Load]| loads.iter().map(|l| l.ready_ms).collect::<Vec<_>>();
-    let spread = |loads: &[Load]| {
-        let t = times(loads);
-        (
+fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
+    let cold = |rounds: &[Round]| rounds.iter().map(|r| r.cold.ready_ms).collect::<Vec<_>>();
+    let warm = |rounds: &[Round]| rounds.iter().map(|r| r.warm.ready_ms).collect::<Vec<_>>();
+    let spread = |t: Vec<f64>| {
+        format!(
+            "{:.0} | {:.0} | {:.0}",
             median(t.clone()),
             t.iter().copied().fold(f64::INFINITY, f64::min),
             t.iter().copied().fold(0.0, f64::max),
         )
     };
-    let (f, s, p) = (spread(framed), spread(same_site), spread(in_page));
-    let bytes = |loads: &[Load], part: fn(&Load) -> u64| {
-        median(loads.iter().map(|l| part(l) as f64).collect()) as u64
+    // Each round's ratio to the baseline's round beside it; their median.
+    let ratio =
+        |of: Vec<f64>, to: Vec<f64>| median(of.iter().zip(&to).map(|(a, b)| a / b).collect());
+    let machine = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut out = format!(
+        "# The widget's load: in its frame against in the shop's page\n\n\
+         Written by `scripts/bench-widget` ({} rounds of each variant, in turn; a round is a fresh \
+         headless Chromium loading one session's page (**cold**: empty cache and storage), then \
+         another session's in the same tab (**warm**: a returning shopper, the files cached, the \
+         tab's test shopper known); {machine} cores; loopback, so the network costs round trips, \
+         not bandwidth). All are served by the same checkout server, compressed alike. The \
+         baseline is the widget in the page at the commit before the frame.\n\n\
+         ## Time to an enabled «Оплатить» (ms from the shop's page's start)\n\n\
+         | | cold: median | fastest | slowest | warm: median | fastest | slowest |\n\
+         |---|---|---|---|---|---|---|\n\
+         | in its frame, the shop's page on another site (`localhost`) | {} | {} |\n\
+         | in its frame, the shop's page on the same site (`127.0.0.1`, another port) | {} | {} |\n\
+         | in the shop's page (baseline) | {} | {} |\n\n\
+         The frame ÷ the baseline, the median of the rounds' ratios: **{:.2}×** cold, **{:.2}×** \
+         warm ({:.2}× and {:.2}× for a shop's page of the same site: a frame of another site gets \
+         a renderer process of its own, Chromium's site isolation, which is the point of the \
+         frame).\n\n\
+         ## Transferred, cold (bytes on the wire, Resource Timing `transferSize`, headers included)\n\n\
+         | | in its frame | in the shop's page |\n|---|---|---|\n",
+        framed.len(),
+        spread(cold(framed)),
+        spread(warm(framed)),
+        spread(cold(same_site)),
+        spread(warm(same_site)),
+        spread(cold(in_page)),
+        spread(warm(in_page)),
+        ratio(cold(framed), cold(in_page)),
+        ratio(warm(framed), warm(in_page)),
+        ratio(cold(same_site), cold(in_page)),
+        ratio(warm(same_site), warm(in_page)),
+    );
+    let bytes = |rounds: &[Round], part: fn(&Load) -> u64| {
+        median(rounds.iter().map(|r| part(&r.cold) as f64).collect()) as u64
     };
     let kb = |b: u64| format!("{:.1} KB", b as f64 / 1000.0);
     let row = |name: &str, part: fn(&Load) -> u64| {
@@ -326,36 +390,6 @@ fn report(framed: &[Load], same_site: &[Load], in_page: &[Load]) -> String {
             kb(bytes(in_page, part))
         )
     };
-    let machine = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mut out = format!(
-        "# The widget's load: in its frame against in the shop's page\n\n\
-         Written by `scripts/bench-widget` ({} loads of each, in turn, each in a fresh headless \
-         Chromium: cold cache, empty storage; {machine} cores; loopback, so the network costs \
-         round trips, not bandwidth). All are served by the same checkout server, compressed \
-         alike. The baseline is the widget in the page at the commit before the frame.\n\n\
-         ## Time to an enabled «Оплатить» (ms from the shop's page's start)\n\n\
-         | | median | fastest | slowest |\n|---|---|---|---|\n\
-         | in its frame, the shop's page on another site (`localhost`) | {:.0} | {:.0} | {:.0} |\n\
-         | in its frame, the shop's page on the same site (`127.0.0.1`, another port) | {:.0} | {:.0} | {:.0} |\n\
-         | in the shop's page (baseline) | {:.0} | {:.0} | {:.0} |\n\n\
-         The frame's median is **{:.2}×** the baseline's ({:.2}× for a page of the same site: a frame \
-         of another site gets a renderer process of its own, Chromium's site isolation, which is \
-         the point of the frame).\n\n\
-         ## Transferred (bytes on the wire, Resource Timing `transferSize`, headers included)\n\n\
-         | | in its frame | in the shop's page |\n|---|---|---|\n",
-        framed.len(),
-        f.0,
-        f.1,
-        f.2,
-        s.0,
-        s.1,
-        s.2,
-        p.0,
-        p.1,
-        p.2,
-        f.0 / p.0,
-        s.0 / p.0,
-    );
     out += &row("the shop's page: the loader", |l| l.shop_page);
     out += &row("the payment page (the frame's document)", |l| l.document);
     out += &row("WebAssembly", |l| l.wasm);
@@ -364,9 +398,11 @@ fn report(framed: &[Load], same_site: &[Load], in_page: &[Load]) -> String {
     out += &row("**all of it**", Load::total);
     out += &format!(
         "\nWebAssembly + JavaScript of the frame: **{}** (the goal: at most 100 KB); the shop's page \
-         downloads **{}** to show the loader (the goal: at most 5 KB).\n",
+         downloads **{}** to show the loader (the goal: at most 5 KB). Warm, the frame's files \
+         come from the cache: {} on the wire (the payment page itself, asked afresh).\n",
         kb(bytes(framed, |l| l.wasm + l.js)),
         kb(bytes(framed, |l| l.shop_page)),
+        kb(median(framed.iter().map(|r| r.warm.total() as f64).collect()) as u64),
     );
     out
 }
