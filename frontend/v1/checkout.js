@@ -111,7 +111,10 @@
     const found = root.matches && root.matches("[data-checkout-session]") ? [root] : [];
     if (root.querySelectorAll) found.push(...root.querySelectorAll("[data-checkout-session]"));
     for (const element of found) {
-      if (mounted.has(element)) continue;
+      if (mounted.has(element)) {
+        unparsed.delete(element); // mounted meanwhile by `Checkout.mount`
+        continue;
+      }
       if (!parsed(element)) {
         unparsed.add(element);
         continue;
