@@ -1,5 +1,7 @@
 //! Pages of some other site, served for a test's browser.
 
+use futures::StreamExt as _;
+
 /// Serves one HTML page at `/` on a free loopback port (a page of some other site, for a
 /// test's browser): its base URL.
 pub async fn serve_page(html: String) -> String {
@@ -31,4 +33,43 @@ async fn serve(app: axum::Router) -> String {
         let _ = axum::serve(listener, app).await;
     });
     base
+}
+
+/// Serves a page at `/` in two parts: `first` at once, `rest` only once the page asks for
+/// `/rest` (a script in `first` does, as the parser reaches it): the parser waits between the
+/// two at a known point, as it would for a slow network. Its base URL.
+pub async fn serve_page_in_two_parts(first: String, rest: String) -> String {
+    use std::sync::Arc;
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let page = {
+        let asked = asked.clone();
+        move || {
+            let (first, rest, asked) = (first.clone(), rest.clone(), asked.clone());
+            async move {
+                let rest = async move {
+                    // A permit is kept if `/rest` came first: no ask is missed.
+                    asked.notified().await;
+                    Ok::<_, std::io::Error>(rest)
+                };
+                let parts =
+                    futures::stream::once(async { Ok(first) }).chain(futures::stream::once(rest));
+                (
+                    [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    axum::body::Body::from_stream(parts),
+                )
+            }
+        }
+    };
+    serve(
+        axum::Router::new()
+            .route("/", axum::routing::get(page))
+            .route(
+                "/rest",
+                axum::routing::get(move || async move {
+                    asked.notify_one();
+                    ""
+                }),
+            ),
+    )
+    .await
 }

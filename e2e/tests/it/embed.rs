@@ -471,6 +471,51 @@ async fn a_frame_is_made_as_soon_as_the_parser_is_past_its_element() {
     let _ = c.browser.close().await;
 }
 
+/// An element whose content is still on its way waits for it: the shop's page here stops in
+/// the middle of the element (its next part comes only once the page's script inside the
+/// element has run), and the frame replaces the element's whole content once the parser is past
+/// it, the «Загружаем оплату…» that came later included. Framed at once, the element would have
+/// lost the script still to run (and the page its next part), and kept that text beside its
+/// frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_element_still_being_parsed_is_framed_once_it_is_whole() {
+    let c = Checkout::start(Backend::Sqlite, "", &[]).await;
+    let shop = c.server.add_shop("Книжная лавка").await;
+    let session = shop.session("ORD-STREAM", 30_000).await;
+    let html = shop_html(
+        &c.server.base,
+        &format!(
+            r#"<div id="a" data-checkout-session="{session}"><script>fetch("/rest");</script><!--rest--><span>Загружаем оплату…</span></div>
+<p>Доставка: курьером, завтра.</p>"#
+        ),
+    );
+    let (first, rest) = html.split_once("<!--rest-->").unwrap();
+    let page = checkout_testkit::serve_page_in_two_parts(first.into(), rest.into())
+        .await
+        .replace("127.0.0.1", "localhost");
+    register_origins(&c, &shop, &[&page]).await;
+    // Were the page's next part never asked for, its load would never end: fail in seconds.
+    c.browser
+        .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+            None,
+            Some(Duration::from_secs(15)),
+            None,
+        ))
+        .await
+        .unwrap();
+    c.browser.goto(&page).await.expect("the whole page loads");
+    assert_eq!(
+        c.js("const a = document.querySelector('#a'); \
+              return [a.children.length, a.firstElementChild.tagName, a.textContent];")
+            .await,
+        json!([1, "IFRAME", ""]),
+        "the element holds its frame only"
+    );
+    c.enter_frame_in("#a").await;
+    c.wait_for(PAY_ENABLED).await;
+    let _ = c.browser.close().await;
+}
+
 /// Only the pages a shop registered may frame its payment pages: on any other origin Chromium
 /// refuses to show it (`frame-ancestors`), and the element hears `checkout:error`. Registering
 /// the origin is what lets it in. A session that does not exist is said so to the page.
