@@ -44,9 +44,27 @@ for (const name of ["checkout:ready", "checkout:paid", "checkout:declined", "che
 /// A shop's page on a server of its own: its origin, spelled `http://localhost:PORT` (another
 /// site than the checkout's `127.0.0.1`, as a real shop is).
 async fn serve_shop_page(html: String) -> String {
-    checkout_testkit::serve_page(html)
-        .await
-        .replace("127.0.0.1", "localhost")
+    on_another_site(checkout_testkit::serve_page(html).await)
+}
+
+/// A page served on loopback (`http://127.0.0.1:PORT`), spelled as another site than the
+/// checkout's: `http://localhost:PORT`.
+fn on_another_site(base: String) -> String {
+    base.replace("127.0.0.1", "localhost")
+}
+
+/// The element `#a` holds its frame and nothing else (the shop's own content replaced whole),
+/// and the frame offers «Оплатить».
+async fn holds_its_frame_only(c: &Checkout) {
+    assert_eq!(
+        c.js("const a = document.querySelector('#a'); \
+              return [a.children.length, a.firstElementChild.tagName, a.textContent];")
+            .await,
+        json!([1, "IFRAME", ""]),
+        "the element holds its frame only"
+    );
+    c.enter_frame_in("#a").await;
+    c.wait_for(PAY_ENABLED).await;
 }
 
 /// A checkout (SQLite), a shop, a session of 300,00 ₽ for `order` in element `#a` of a page of
@@ -457,15 +475,7 @@ async fn a_frame_is_made_as_soon_as_the_parser_is_past_its_element() {
         json!(1),
         "the frame is there when the shop's next script runs"
     );
-    assert_eq!(
-        c.js("const a = document.querySelector('#a'); \
-              return [a.children.length, a.firstElementChild.tagName, a.textContent];")
-            .await,
-        json!([1, "IFRAME", ""]),
-        "the element holds its frame only"
-    );
-    c.enter_frame_in("#a").await;
-    c.wait_for(PAY_ENABLED).await;
+    holds_its_frame_only(&c).await;
     c.on_top().await;
     assert_eq!(wait_for_heard(&c, "checkout:ready", 1).await.len(), 1);
     let _ = c.browser.close().await;
@@ -490,9 +500,8 @@ async fn an_element_still_being_parsed_is_framed_once_it_is_whole() {
         ),
     );
     let (first, rest) = html.split_once("<!--rest-->").unwrap();
-    let page = checkout_testkit::serve_page_in_two_parts(first.into(), rest.into())
-        .await
-        .replace("127.0.0.1", "localhost");
+    let page =
+        on_another_site(checkout_testkit::serve_page_in_two_parts(first.into(), rest.into()).await);
     register_origins(&c, &shop, &[&page]).await;
     // Were the page's next part never asked for, its load would never end: fail in seconds.
     c.browser
@@ -504,15 +513,7 @@ async fn an_element_still_being_parsed_is_framed_once_it_is_whole() {
         .await
         .unwrap();
     c.browser.goto(&page).await.expect("the whole page loads");
-    assert_eq!(
-        c.js("const a = document.querySelector('#a'); \
-              return [a.children.length, a.firstElementChild.tagName, a.textContent];")
-            .await,
-        json!([1, "IFRAME", ""]),
-        "the element holds its frame only"
-    );
-    c.enter_frame_in("#a").await;
-    c.wait_for(PAY_ENABLED).await;
+    holds_its_frame_only(&c).await;
     let _ = c.browser.close().await;
 }
 
@@ -890,7 +891,7 @@ async fn account_view_seen(c: &Checkout, view: &str) {
 ///    the recovery has ended.
 async fn passkeys_sign_up_and_sign_in_with_nothing_typed(backend: Backend) {
     let c = Checkout::start(backend, "", &[]).await;
-    let checkout = c.server.base.replace("127.0.0.1", "localhost");
+    let checkout = on_another_site(c.server.base.clone());
     let shop = c.server.add_shop("Ключница").await;
     let full = live_session(&shop, "PK-FULL", 10_000).await;
     let framed = live_session(&shop, "PK-FRAME", 20_000).await;
