@@ -411,7 +411,7 @@ fn on_sqlite(conn: &rusqlite::Connection, scope: Scope) -> Result<Vec<Checked>, 
 /// The same on PostgreSQL, in a `REPEATABLE READ READ ONLY` transaction (one snapshot for
 /// every statement; it takes no lock a writer waits for).
 async fn on_postgres(
-    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    tx: &mut sqlx::PgConnection,
     scope: Scope,
     prepared: bool,
 ) -> Result<Vec<Checked>, StoreError> {
@@ -444,7 +444,6 @@ async fn on_postgres(
             took: started.elapsed(),
         });
     }
-    // Dropped, the transaction rolls back: it wrote nothing.
     Ok(checked)
 }
 
@@ -456,7 +455,11 @@ impl Store {
         let checked = match self {
             Store::Sqlite(store) => store.on_reader(move |conn| on_sqlite(conn, scope)).await?,
             Store::Postgres(store) => {
-                on_postgres(store.begin().await?, scope, store.prepared()).await?
+                let mut tx = store.transaction().await?;
+                let checked = on_postgres(tx.conn(), scope, store.prepared()).await;
+                // Read only: it wrote nothing either way.
+                tx.rollback().await;
+                checked?
             }
         };
         Ok(Verified {
@@ -480,10 +483,11 @@ pub async fn verify_database(url: &str, scope: Scope) -> Result<Verified, StoreE
         let mut conn: sqlx::PgConnection = sqlx::Connection::connect(url)
             .await
             .map_err(postgres::classify)?;
-        let tx = sqlx::Connection::begin(&mut conn)
+        let mut tx = sqlx::Connection::begin(&mut conn)
             .await
             .map_err(postgres::classify)?;
-        let checked = on_postgres(tx, scope, true).await?;
+        let checked = on_postgres(&mut tx, scope, true).await?;
+        drop(tx);
         let _ = sqlx::Connection::close(conn).await;
         checked
     };

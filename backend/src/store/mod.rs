@@ -5,7 +5,7 @@
 //! By concept, each file holding its rows and its statements for both databases (arguments bound
 //! to `$n`, rows read by column name, see `row.rs`; a [`Template`] where a word differs):
 //! [`keys`], [`accounts`] (and shops), [`sessions`], [`payments`] (and refunds, with the
-//! ledger), [`events`] (the outbox). `sqlite.rs` and `postgres.rs` hold only what the drivers do
+//! ledger), [`events`] (the outbox). `sqlite.rs` and `postgres/` hold only what the drivers do
 //! differently: SQLite's one writer thread with group commit and its readers, PostgreSQL's pool.
 
 pub mod accounts;
@@ -111,6 +111,8 @@ pub enum ConnectError {
         file.display()
     )]
     InUse { file: PathBuf },
+    #[error("{0}")]
+    Store(#[from] StoreError),
     #[error("{0}")]
     Config(String),
 }
@@ -274,10 +276,7 @@ impl Store {
     pub fn pool_usage(&self) -> PoolUsage {
         match self {
             Store::Sqlite(store) => store.usage(),
-            Store::Postgres(store) => PoolUsage {
-                in_use: u64::from(store.pool.size()).saturating_sub(store.pool.num_idle() as u64),
-                waiting: store.waiting.load(std::sync::atomic::Ordering::Relaxed),
-            },
+            Store::Postgres(store) => store.usage(),
         }
     }
 

@@ -1008,6 +1008,100 @@ mod another_instance {
     }
 }
 
+/// PostgreSQL, on the wire: a connection given back to the pool costs no round trip. sqlx's own
+/// pool pinged each one given back (a lone Sync): a keyed payment, a read then one statement,
+/// cost the server four round trips, not two. A read is one message, a unit of work its `BEGIN`,
+/// its statement and its `COMMIT`; and a unit dropped inside its transaction is still rolled
+/// back at once, its locks not left waiting for the connection's next borrower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_connection_given_back_to_the_pool_costs_no_round_trip() {
+    let (db, direct) = setup(Backend::Postgres).await;
+    drop(direct);
+    let cluster = checkout_testkit::postgres::cluster();
+    // A link with no delay: it only witnesses what the store sends.
+    let link = checkout_testkit::slow_link::SlowLink::start(cluster.port, Duration::ZERO).await;
+    let database = db.url.rsplit('/').next().unwrap();
+    assert_eq!(db.url, cluster.url(database));
+    let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
+    let store = Store::connect(&via_link, settings(&db, LOCK_TIMEOUT))
+        .await
+        .unwrap();
+    let opening = |amount| LedgerEntry {
+        account_id: "acc_a",
+        amount,
+        kind: EntryKind::Opening,
+        claim: None,
+        payment_id: None,
+        refund_id: None,
+        created_at: now_ms(),
+    };
+    // Each statement's first use on a connection prepares it (P); later ones only bind (B).
+    store.ping().await.unwrap();
+    store
+        .write(move |tx| Box::pin(async move { tx.insert_ledger(&opening(1)).await }))
+        .await
+        .unwrap();
+
+    let before = link.sends().len();
+    for _ in 0..3 {
+        store.ping().await.unwrap();
+    }
+    store
+        .write(move |tx| Box::pin(async move { tx.insert_ledger(&opening(2)).await }))
+        .await
+        .unwrap();
+    // By PostgreSQL's message types: B a prepared statement run, Q a simple query (BEGIN,
+    // COMMIT), S a lone Sync (a ping). Left out: P (a statement prepared on a connection's
+    // first use) and 0 (a new connection's startup): the pool lends whichever it likes.
+    let sent: String = link.sends()[before..]
+        .iter()
+        .filter(|kind| !matches!(kind, b'P' | 0))
+        .map(|kind| char::from(*kind))
+        .collect();
+    assert_eq!(
+        sent, "BBBQBQ",
+        "three reads, then BEGIN, the insert, COMMIT"
+    );
+
+    // A unit whose caller goes away inside its transaction, after its insert.
+    let inserted = Arc::new(Notify::new());
+    let leaving = tokio::spawn({
+        let (store, inserted) = (store.clone(), inserted.clone());
+        async move {
+            store
+                .write(move |tx| {
+                    Box::pin(async move {
+                        tx.insert_ledger(&opening(4)).await?;
+                        inserted.notify_one();
+                        std::future::pending::<Result<(), StoreError>>().await
+                    })
+                })
+                .await
+        }
+    });
+    inserted.notified().await;
+    let in_transaction = "SELECT COUNT(*) FROM pg_stat_activity \
+                           WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                             AND state LIKE 'idle in transaction%'";
+    assert_eq!(db.scalar(in_transaction).await, 1);
+    leaving.abort();
+    assert!(leaving.await.unwrap_err().is_cancelled());
+    checkout_testkit::wait_until(
+        "the dropped unit's transaction is rolled back",
+        Duration::from_secs(5),
+        || async { db.scalar(in_transaction).await == 0 },
+    )
+    .await;
+    assert_eq!(
+        db.scalar(
+            "SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger WHERE account_id = 'acc_a'"
+        )
+        .await,
+        3,
+        "the two units that committed, not the one dropped"
+    );
+}
+
 /// A unit of work dropped wherever it is (a client that goes away: wrk ending a run, a shopper
 /// closing the tab) must not leave its pooled connection inside a transaction. Dropped while
 /// its `BEGIN` was on the wire, sqlx 0.8 gave the connection back to the pool in it: the next

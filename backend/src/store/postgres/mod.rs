@@ -10,22 +10,25 @@
 //! and a payment, where it can, one read and one statement outside any transaction
 //! ([`PgStore::write_at_once`]).
 
+mod pool;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::{PgExecutor, PgPool, Postgres, Row as _, Transaction};
+use sqlx::{PgExecutor, Postgres, Row as _};
 
 use super::row::{Arg, OwnedArg, ReadRow, Row, RowError, replace_placeholders};
-use super::{ConnectError, StoreError};
+use super::{ConnectError, PoolUsage, StoreError};
+use pool::{Lent, Pool};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PgStore {
-    pub pool: PgPool,
+    pool: Pool,
     /// Transactions waiting for a connection of the pool now.
     pub waiting: Arc<AtomicU64>,
     /// `BEGIN` as sent behind a transaction pooler (with the claim's lock timeout, which no
@@ -49,9 +52,6 @@ pub enum Pooling {
     Transaction,
 }
 
-/// A pooled connection idle this long is pinged before it is lent.
-const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
-
 pub async fn connect(
     url: &str,
     pool_size: u32,
@@ -66,42 +66,21 @@ pub async fn connect(
         Pooling::Direct => Some(format!("SET lock_timeout = '{timeout_ms}ms'")),
         Pooling::Transaction => None,
     };
-    let pool = PgPoolOptions::new()
-        .max_connections(pool_size)
-        .acquire_timeout(Duration::from_secs(5))
-        // sqlx pings every connection it hands out: a round trip before each transaction. A
-        // connection in steady use is known alive, so only one idle for a while is pinged; one
-        // that broke meanwhile fails its first statement (`503`, nothing done) and is dropped.
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for < IDLE_BEFORE_PING {
-                    return Ok(true);
-                }
-                Ok(sqlx::Connection::ping(conn).await.is_ok())
-            })
-        })
-        .after_connect(move |conn, _| {
-            let statement = set_lock_timeout.clone();
-            Box::pin(async move {
-                if let Some(statement) = statement {
-                    sqlx::Executor::execute(conn, statement.as_str()).await?;
-                }
-                Ok(())
-            })
-        })
-        .connect(url)
-        .await?;
+    // A connection in steady use is known alive, so only one idle for a while is pinged; one
+    // that broke meanwhile fails its first statement (`503`, nothing done) and is closed.
+    let pool = pool::pool(url, pool_size, set_lock_timeout)?;
+    let mut lent = Lent::of(&pool).await?;
     let begin_pooled = match pooling {
         Pooling::Direct => {
-            MIGRATOR.run(&pool).await?;
+            MIGRATOR.run(lent.conn()).await?;
             None
         }
         Pooling::Transaction => {
-            schema_is_current(&pool).await?;
+            schema_is_current(lent.conn()).await?;
             Some(format!("BEGIN; SET LOCAL lock_timeout = '{timeout_ms}ms'"))
         }
     };
+    drop(lent);
     Ok(PgStore {
         pool,
         waiting: Arc::default(),
@@ -124,10 +103,10 @@ fn latest_migration() -> i64 {
 
 /// Behind a transaction pooler the server does not migrate (the migrator holds a session's
 /// advisory lock): it starts only on a schema `checkout-server migrate` brought up to date.
-async fn schema_is_current(pool: &PgPool) -> Result<(), ConnectError> {
+async fn schema_is_current(conn: &mut sqlx::PgConnection) -> Result<(), ConnectError> {
     // A simple query (no arguments, no prepared statement): safe outside a transaction.
     let read = sqlx::Executor::fetch_one(
-        pool,
+        conn,
         "SELECT MAX(version) FROM _sqlx_migrations WHERE success",
     )
     .await;
@@ -149,36 +128,52 @@ async fn schema_is_current(pool: &PgPool) -> Result<(), ConnectError> {
     }
 }
 
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("pool", &self.pool.status())
+            .field("begin_pooled", &self.begin_pooled)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PgStore {
     /// A transaction on a pooled connection. Its caller may be dropped at any await (a client
     /// that goes away drops its request's future): the `BEGIN` is then finished by a task of
     /// its own, which drops the transaction it got, and that rolls it back. sqlx 0.8's `begin`
-    /// dropped while its `BEGIN` is on the wire gives the connection back to the pool inside
-    /// that transaction (sqlx issue #4393): the next borrower's autocommit statements ran in it,
-    /// uncommitted, and after its first error every statement on the connection failed.
-    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+    /// dropped while its `BEGIN` is on the wire leaves the connection inside that transaction
+    /// (sqlx issue #4393): the next borrower's autocommit statements ran in it, uncommitted,
+    /// and after its first error every statement on the connection failed.
+    pub(super) async fn transaction(&self) -> Result<PgTx, StoreError> {
         let _waiting = Waiting::count(&self.waiting);
         let (pool, begin) = (self.pool.clone(), self.begin_pooled.clone());
-        let begun = tokio::spawn(async move {
-            match begin {
-                None => pool.begin().await,
-                Some(begin) => pool.begin_with(begin).await,
-            }
+        let lent = tokio::spawn(async move {
+            let mut lent = Lent::of(&pool).await?;
+            lent.begin(begin).await.map_err(classify)?;
+            Ok::<_, StoreError>(lent)
         })
         .await
-        .map_err(|panicked| StoreError::Other(panicked.into()))?;
-        begun.map_err(classify)
+        .map_err(|panicked| StoreError::Other(panicked.into()))??;
+        Ok(PgTx {
+            lent,
+            deferred: Vec::new(),
+            prepared: self.prepared(),
+        })
+    }
+
+    /// Connections lent and units of work waiting for one, now.
+    pub(super) fn usage(&self) -> PoolUsage {
+        let status = self.pool.status();
+        PoolUsage {
+            in_use: status.size.saturating_sub(status.available) as u64,
+            waiting: self.waiting.load(Ordering::Relaxed),
+        }
     }
 
     /// Whether statements are named and kept prepared per connection (not behind a
     /// transaction pooler).
     pub fn prepared(&self) -> bool {
         self.begin_pooled.is_none()
-    }
-
-    /// A transaction of this store for a unit of work.
-    pub(super) async fn transaction(&self) -> Result<PgTx, StoreError> {
-        Ok(PgTx::new(self.begin().await?, self.prepared()))
     }
 
     /// A read outside any unit of work: on any pooled connection; behind a transaction pooler,
@@ -191,11 +186,13 @@ impl PgStore {
         read: ReadRow<T>,
     ) -> Result<Vec<T>, StoreError> {
         if self.prepared() {
-            return fetch_all(&self.pool, sql, args, read, true).await;
+            let mut lent = Lent::of(&self.pool).await?;
+            let rows = fetch_rows(lent.conn(), sql, args, true).await;
+            return read_rows(&lent.note(rows).map_err(classify)?, read);
         }
-        let mut tx = self.begin().await?;
-        let rows = fetch_all(&mut *tx, sql, args, read, false).await?;
-        tx.commit().await.map_err(classify)?;
+        let mut tx = self.transaction().await?;
+        let rows = tx.fetch_all(sql, args, read).await?;
+        tx.lent.commit().await.map_err(classify)?;
         Ok(rows)
     }
 }
@@ -238,13 +235,12 @@ impl PgStore {
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<AtOnceWrite<T>, StoreError> {
-        let rows = match fetch_rows(&self.pool, sql, args, true).await {
+        let mut lent = Lent::of(&self.pool).await?;
+        let written = fetch_rows(lent.conn(), sql, args, true).await;
+        let rows = match lent.note(written) {
             Ok(rows) => rows,
             Err(sqlx::Error::Database(db)) if refused(db.code().as_deref()) => {
                 return Ok(AtOnceWrite::Refused);
-            }
-            Err(error @ (sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)) => {
-                return Err(classify(error));
             }
             Err(error) => return Err(StoreError::InDoubt(error.into())),
         };
@@ -266,33 +262,30 @@ fn refused(code: Option<&str>) -> bool {
 /// of its own: it travels in the next statement that must be sent anyway, as a data-modifying
 /// `WITH` (the key's stored answer, see [`PgTx::execute_with_deferred`]), or alone just before
 /// `COMMIT`. Either way it is in the transaction, and its failure rolls all of it back.
+///
+/// Dropped before its `COMMIT` or `ROLLBACK`, it is rolled back (see [`pool`]).
 pub struct PgTx {
-    tx: Transaction<'static, Postgres>,
+    /// Inside the transaction, its `BEGIN` answered.
+    lent: Lent,
     deferred: Vec<(&'static str, Vec<OwnedArg>)>,
     /// Named, cached statements (see [`Pooling`]).
     prepared: bool,
 }
 
 impl PgTx {
-    pub(super) fn new(tx: Transaction<'static, Postgres>, prepared: bool) -> PgTx {
-        PgTx {
-            tx,
-            deferred: Vec::new(),
-            prepared,
-        }
-    }
-
     pub(super) async fn fetch_all<T>(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<Vec<T>, StoreError> {
-        fetch_all(&mut *self.tx, sql, args, read, self.prepared).await
+        let rows = fetch_rows(self.lent.conn(), sql, args, self.prepared).await;
+        read_rows(&self.lent.note(rows).map_err(classify)?, read)
     }
 
     pub(super) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
-        execute(&mut *self.tx, sql, args, self.prepared).await
+        let done = execute_raw(self.lent.conn(), sql, args, self.prepared).await;
+        self.lent.note(done).map_err(classify)
     }
 
     /// Sends `sql` later, in this transaction (see above): only for a statement that writes
@@ -327,19 +320,24 @@ impl PgTx {
         for (_, statement_args) in &deferred {
             all_args.extend(statement_args.iter().map(OwnedArg::borrow));
         }
-        execute(&mut *self.tx, &composed, &all_args, self.prepared).await
+        self.execute(&composed, &all_args).await
     }
 
     pub(super) async fn commit(mut self) -> Result<(), StoreError> {
         for (statement, args) in std::mem::take(&mut self.deferred) {
             let args: Vec<Arg<'_>> = args.iter().map(OwnedArg::borrow).collect();
-            execute(&mut *self.tx, statement, &args, self.prepared).await?;
+            self.execute(statement, &args).await?;
         }
-        self.tx.commit().await.map_err(classify_commit)
+        self.lent.commit().await.map_err(classify_commit)
     }
 
-    pub(super) async fn rollback(self) {
-        let _ = self.tx.rollback().await;
+    /// Its connection, for statements sent by the store's own reports (`verify`).
+    pub(super) fn conn(&mut self) -> &mut sqlx::PgConnection {
+        self.lent.conn()
+    }
+
+    pub(super) async fn rollback(mut self) {
+        let _ = self.lent.rollback().await;
     }
 }
 
@@ -383,7 +381,7 @@ fn bind<'q>(
 
 /// `prepared`: as a named statement kept for the connection's next use; or unnamed (see
 /// [`Pooling`]).
-pub async fn fetch_all<'c, T>(
+pub(super) async fn fetch_all<'c, T>(
     conn: impl PgExecutor<'c>,
     sql: &str,
     args: &[Arg<'_>],
@@ -414,17 +412,27 @@ fn read_rows<T>(rows: &[PgRow], read: ReadRow<T>) -> Result<Vec<T>, StoreError> 
         .collect()
 }
 
-pub async fn execute<'c>(
+pub(super) async fn execute<'c>(
     conn: impl PgExecutor<'c>,
     sql: &str,
     args: &[Arg<'_>],
     prepared: bool,
 ) -> Result<u64, StoreError> {
+    execute_raw(conn, sql, args, prepared)
+        .await
+        .map_err(classify)
+}
+
+async fn execute_raw<'c>(
+    conn: impl PgExecutor<'c>,
+    sql: &str,
+    args: &[Arg<'_>],
+    prepared: bool,
+) -> Result<u64, sqlx::Error> {
     bind(sqlx::query(sql).persistent(prepared), args)
         .execute(conn)
         .await
         .map(|done| done.rows_affected())
-        .map_err(classify)
 }
 
 impl Row for PgRow {
