@@ -30,7 +30,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/pos
 pub struct PgStore {
     pool: Pool,
     /// Transactions waiting for a connection of the pool now.
-    pub waiting: Arc<AtomicU64>,
+    waiting: Arc<AtomicU64>,
     /// `BEGIN` as sent behind a transaction pooler (with the claim's lock timeout, which no
     /// session keeps there); `None`: a plain `BEGIN`, the timeout set once per connection.
     begin_pooled: Option<String>,
