@@ -186,9 +186,8 @@ impl PgStore {
         read: ReadRow<T>,
     ) -> Result<Vec<T>, StoreError> {
         if self.prepared() {
-            let mut lent = Lent::of(&self.pool).await?;
-            let rows = fetch_rows(lent.conn(), sql, args, true).await;
-            return read_rows(&lent.note(rows).map_err(classify)?, read);
+            let rows = fetch_lent(&mut Lent::of(&self.pool).await?, sql, args, true).await;
+            return read_rows(&rows.map_err(classify)?, read);
         }
         let mut tx = self.transaction().await?;
         let rows = tx.fetch_all(sql, args, read).await?;
@@ -235,9 +234,8 @@ impl PgStore {
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<AtOnceWrite<T>, StoreError> {
-        let mut lent = Lent::of(&self.pool).await?;
-        let written = fetch_rows(lent.conn(), sql, args, true).await;
-        let rows = match lent.note(written) {
+        let written = fetch_lent(&mut Lent::of(&self.pool).await?, sql, args, true).await;
+        let rows = match written {
             Ok(rows) => rows,
             Err(sqlx::Error::Database(db)) if refused(db.code().as_deref()) => {
                 return Ok(AtOnceWrite::Refused);
@@ -279,8 +277,8 @@ impl PgTx {
         args: &[Arg<'_>],
         read: ReadRow<T>,
     ) -> Result<Vec<T>, StoreError> {
-        let rows = fetch_rows(self.lent.conn(), sql, args, self.prepared).await;
-        read_rows(&self.lent.note(rows).map_err(classify)?, read)
+        let rows = fetch_lent(&mut self.lent, sql, args, self.prepared).await;
+        read_rows(&rows.map_err(classify)?, read)
     }
 
     pub(super) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
@@ -404,6 +402,17 @@ async fn fetch_rows<'c>(
     bind(sqlx::query(sql).persistent(prepared), args)
         .fetch_all(conn)
         .await
+}
+
+/// [`fetch_rows`] on a lent connection, which learns whether its error leaves it unusable.
+async fn fetch_lent(
+    lent: &mut Lent,
+    sql: &str,
+    args: &[Arg<'_>],
+    prepared: bool,
+) -> Result<Vec<PgRow>, sqlx::Error> {
+    let rows = fetch_rows(lent.conn(), sql, args, prepared).await;
+    lent.note(rows)
 }
 
 fn read_rows<T>(rows: &[PgRow], read: ReadRow<T>) -> Result<Vec<T>, StoreError> {
