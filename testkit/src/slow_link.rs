@@ -75,6 +75,17 @@ impl SlowLink {
         self.sends.lock().unwrap().clone()
     }
 
+    /// The message types of the sends from the `before`th on, as letters (B a prepared
+    /// statement run, Q a simple query, S a lone Sync…), leaving out a new connection's startup
+    /// (0) and a statement's preparation (P): both depend on which connection a pool lends.
+    pub fn message_types_since(&self, before: usize) -> String {
+        self.sends()[before..]
+            .iter()
+            .filter(|kind| !matches!(kind, b'P' | 0))
+            .map(|kind| char::from(*kind))
+            .collect()
+    }
+
     /// Cuts every open connection, dropping what is still on its way.
     pub fn cut(&self) {
         self.cuts.send_modify(|n| *n += 1);

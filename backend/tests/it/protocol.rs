@@ -1008,6 +1008,40 @@ mod another_instance {
     }
 }
 
+/// Connections of this test's database left inside a transaction (its own aside).
+const IN_TRANSACTION: &str = "SELECT COUNT(*) FROM pg_stat_activity \
+                              WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                                AND state LIKE 'idle in transaction%'";
+
+/// A store over `db` (the suite's cluster, `TestDb::new`) reached through a link that delays
+/// each byte by `delay` and witnesses what the store sends.
+async fn store_through_link(
+    db: &TestDb,
+    delay: Duration,
+    settings: StoreSettings,
+) -> (checkout_testkit::slow_link::SlowLink, Store) {
+    let cluster = checkout_testkit::postgres::cluster();
+    let link = checkout_testkit::slow_link::SlowLink::start(cluster.port, delay).await;
+    let database = db.url.rsplit('/').next().unwrap();
+    assert_eq!(db.url, cluster.url(database));
+    let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
+    let store = Store::connect(&via_link, settings).await.unwrap();
+    (link, store)
+}
+
+/// An opening entry of `amount` on `acc_a`, outside any key.
+fn opening(amount: i64) -> LedgerEntry<'static> {
+    LedgerEntry {
+        account_id: "acc_a",
+        amount,
+        kind: EntryKind::Opening,
+        claim: None,
+        payment_id: None,
+        refund_id: None,
+        created_at: now_ms(),
+    }
+}
+
 /// PostgreSQL, on the wire: a connection given back to the pool costs no round trip. sqlx's own
 /// pool pinged each one given back (a lone Sync): a keyed payment, a read then one statement,
 /// cost the server four round trips, not two. A read is one message, a unit of work its `BEGIN`,
@@ -1017,24 +1051,8 @@ mod another_instance {
 async fn a_connection_given_back_to_the_pool_costs_no_round_trip() {
     let (db, direct) = setup(Backend::Postgres).await;
     drop(direct);
-    let cluster = checkout_testkit::postgres::cluster();
     // A link with no delay: it only witnesses what the store sends.
-    let link = checkout_testkit::slow_link::SlowLink::start(cluster.port, Duration::ZERO).await;
-    let database = db.url.rsplit('/').next().unwrap();
-    assert_eq!(db.url, cluster.url(database));
-    let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
-    let store = Store::connect(&via_link, settings(&db, LOCK_TIMEOUT))
-        .await
-        .unwrap();
-    let opening = |amount| LedgerEntry {
-        account_id: "acc_a",
-        amount,
-        kind: EntryKind::Opening,
-        claim: None,
-        payment_id: None,
-        refund_id: None,
-        created_at: now_ms(),
-    };
+    let (link, store) = store_through_link(&db, Duration::ZERO, settings(&db, LOCK_TIMEOUT)).await;
     // Each statement's first use on a connection prepares it (P); later ones only bind (B).
     store.ping().await.unwrap();
     store
@@ -1051,13 +1069,8 @@ async fn a_connection_given_back_to_the_pool_costs_no_round_trip() {
         .await
         .unwrap();
     // By PostgreSQL's message types: B a prepared statement run, Q a simple query (BEGIN,
-    // COMMIT), S a lone Sync (a ping). Left out: P (a statement prepared on a connection's
-    // first use) and 0 (a new connection's startup): the pool lends whichever it likes.
-    let sent: String = link.sends()[before..]
-        .iter()
-        .filter(|kind| !matches!(kind, b'P' | 0))
-        .map(|kind| char::from(*kind))
-        .collect();
+    // COMMIT), S a lone Sync (a ping).
+    let sent = link.message_types_since(before);
     assert_eq!(
         sent, "BBBQBQ",
         "three reads, then BEGIN, the insert, COMMIT"
@@ -1080,16 +1093,13 @@ async fn a_connection_given_back_to_the_pool_costs_no_round_trip() {
         }
     });
     inserted.notified().await;
-    let in_transaction = "SELECT COUNT(*) FROM pg_stat_activity \
-                           WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                             AND state LIKE 'idle in transaction%'";
-    assert_eq!(db.scalar(in_transaction).await, 1);
+    assert_eq!(db.scalar(IN_TRANSACTION).await, 1);
     leaving.abort();
     assert!(leaving.await.unwrap_err().is_cancelled());
     checkout_testkit::wait_until(
         "the dropped unit's transaction is rolled back",
         Duration::from_secs(5),
-        || async { db.scalar(in_transaction).await == 0 },
+        || async { db.scalar(IN_TRANSACTION).await == 0 },
     )
     .await;
     assert_eq!(
@@ -1114,23 +1124,12 @@ async fn a_connection_given_back_to_the_pool_costs_no_round_trip() {
 async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
     let (db, direct) = setup(Backend::Postgres).await;
     drop(direct);
-    // The suite's cluster (`TestDb::new`), reached through the link.
-    let cluster = checkout_testkit::postgres::cluster();
-    let link =
-        checkout_testkit::slow_link::SlowLink::start(cluster.port, Duration::from_millis(300))
-            .await;
-    let database = db.url.rsplit('/').next().unwrap();
-    assert_eq!(db.url, cluster.url(database));
-    let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
     let settings = StoreSettings {
         pool_size: 1,
         ..settings(&db, LOCK_TIMEOUT)
     };
-    let store = Store::connect(&via_link, settings).await.unwrap();
-    let in_transaction = "SELECT COUNT(*) FROM pg_stat_activity \
-                           WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                             AND state LIKE 'idle in transaction%'";
-    assert_eq!(db.scalar(in_transaction).await, 0);
+    let (_link, store) = store_through_link(&db, Duration::from_millis(300), settings).await;
+    assert_eq!(db.scalar(IN_TRANSACTION).await, 0);
 
     let leaving = tokio::spawn({
         let store = store.clone();
@@ -1139,7 +1138,7 @@ async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
     checkout_testkit::wait_until(
         "the BEGIN reached the database",
         Duration::from_secs(10),
-        || async { db.scalar(in_transaction).await == 1 },
+        || async { db.scalar(IN_TRANSACTION).await == 1 },
     )
     .await;
     assert!(!leaving.is_finished(), "its answer is still on the link");
@@ -1151,26 +1150,13 @@ async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
     checkout_testkit::wait_until(
         "the dropped unit's transaction is rolled back",
         Duration::from_secs(5),
-        || async { db.scalar(in_transaction).await == 0 },
+        || async { db.scalar(IN_TRANSACTION).await == 0 },
     )
     .await;
 
     // The next unit gets the pool's one connection: what it commits is committed.
     store
-        .write(|tx| {
-            Box::pin(async move {
-                tx.insert_ledger(&LedgerEntry {
-                    account_id: "acc_a",
-                    amount: 1,
-                    kind: EntryKind::Opening,
-                    claim: None,
-                    payment_id: None,
-                    refund_id: None,
-                    created_at: now_ms(),
-                })
-                .await
-            })
-        })
+        .write(|tx| Box::pin(async move { tx.insert_ledger(&opening(1)).await }))
         .await
         .unwrap();
     assert_eq!(
@@ -1180,7 +1166,7 @@ async fn a_unit_dropped_while_its_transaction_begins_leaves_none_open() {
         "the unit's write is committed"
     );
     assert_eq!(
-        db.scalar(in_transaction).await,
+        db.scalar(IN_TRANSACTION).await,
         0,
         "no transaction is left open"
     );

@@ -367,11 +367,7 @@ async fn a_batch_of_new_messages_is_a_round_trip_per_receipt_and_three_more() {
     // connection back after the batch may or may not be sent yet). Left out: P, a statement
     // prepared on a connection's first use, and a new connection's startup (0): the pool lends
     // whichever connection it likes.
-    let sent: String = link.sends()[before..]
-        .iter()
-        .filter(|kind| !matches!(kind, b'P' | 0))
-        .map(|kind| char::from(*kind))
-        .collect();
+    let sent = link.message_types_since(before);
     assert_eq!(
         sent.trim_end_matches('S'),
         "QBBBBQ",
