@@ -41,14 +41,14 @@ macro_rules! on_either {
 /// The receipt's row, as a query to fetch on either driver; it returns nothing when its payment
 /// (or refund) has one already, by another event.
 macro_rules! insert_receipt {
-    ($receipt:expr, $lines:expr, $now_ms:expr) => {
+    ($receipt_id:expr, $receipt:expr, $lines:expr, $now_ms:expr) => {
         sqlx::query_as::<_, (String,)>(
             "INSERT INTO receipts (receipt_id, kind, payment_id, refund_id, order_id, currency, \
                                    livemode, lines, total, event_id, operation_at, issued_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT DO NOTHING RETURNING receipt_id",
         )
-        .bind(format!("rcp_{}", uuid::Uuid::now_v7().simple()))
+        .bind($receipt_id)
         .bind($receipt.kind.as_str())
         .bind($receipt.payment_id.as_str())
         .bind($receipt.refund_id.as_deref())
@@ -224,24 +224,41 @@ impl Store {
         }
     }
 
-    /// Writes a batch's receipts with no inbox at all, in one transaction (as the inbox's
-    /// batch is): the benchmark's baseline, never the consumer's way (a redelivered message
-    /// would be refused by the unique indexes, not absorbed). How many were written.
+    /// Writes a batch's receipts with no inbox at all, in one transaction, each database the
+    /// way the inbox's batch writes them (SQLite one by one, PostgreSQL in one statement): the
+    /// benchmark's baseline, never the consumer's way (a redelivered message would be refused
+    /// by the unique indexes, not absorbed). How many were written.
     pub async fn insert_without_inbox(
         &self,
         receipts: &[NewReceipt],
         now_ms: i64,
     ) -> Result<usize, StoreError> {
         let mut tx = begin(&self.pool).await?;
-        let mut written = 0;
-        for receipt in receipts {
-            let inserted: Option<(String,)> = on_either!(&mut tx, tx => {
-                insert_receipt!(receipt, lines_json(receipt), now_ms)
-                    .fetch_optional(&mut **tx)
+        let written = match &mut tx {
+            Either::Sqlite(tx) => {
+                let mut written = 0;
+                for receipt in receipts {
+                    let inserted: Option<(String,)> =
+                        insert_receipt!(receipt_id(), receipt, lines_json(receipt), now_ms)
+                            .fetch_optional(&mut **tx)
+                            .await?;
+                    written += usize::from(inserted.is_some());
+                }
+                written
+            }
+            Either::Postgres(tx) => {
+                let mut rows = ReceiptRows::default();
+                for receipt in receipts {
+                    rows.push(receipt_id(), receipt, now_ms);
+                }
+                let written = rows
+                    .bind(sqlx::query(POSTGRES_INSERT_RECEIPTS))
+                    .execute(&mut **tx)
                     .await?
-            });
-            written += usize::from(inserted.is_some());
-        }
+                    .rows_affected();
+                usize::try_from(written).unwrap_or(usize::MAX)
+            }
+        };
         end(tx, true).await?;
         Ok(written)
     }
@@ -317,6 +334,83 @@ fn lines_json(receipt: &NewReceipt) -> String {
     serde_json::to_string(&receipt.lines).expect("lines serialize")
 }
 
+/// A new receipt's id (time-ordered: the index it goes into grows at one end).
+fn receipt_id() -> String {
+    format!("rcp_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// PostgreSQL: receipts inserted from one array per column ([`ReceiptRows`]), in one statement
+/// whatever their number; a receipt the unique indexes refuse fails it.
+macro_rules! postgres_receipts_from_arrays {
+    () => {
+        "INSERT INTO receipts (receipt_id, kind, payment_id, refund_id, order_id, currency, \
+                               livemode, lines, total, event_id, operation_at, issued_at) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                              $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], \
+                              $11::text[], $12::bigint[])"
+    };
+}
+
+const POSTGRES_INSERT_RECEIPTS: &str = postgres_receipts_from_arrays!();
+
+/// Receipts to insert on PostgreSQL, one array per column, in [`postgres_receipts_from_arrays`]'s
+/// order.
+#[derive(Default)]
+struct ReceiptRows {
+    receipt_id: Vec<String>,
+    kind: Vec<&'static str>,
+    payment_id: Vec<String>,
+    refund_id: Vec<Option<String>>,
+    order_id: Vec<String>,
+    currency: Vec<String>,
+    livemode: Vec<i64>,
+    lines: Vec<String>,
+    total: Vec<i64>,
+    event_id: Vec<String>,
+    operation_at: Vec<String>,
+    issued_at: Vec<i64>,
+}
+
+impl ReceiptRows {
+    fn push(&mut self, receipt_id: String, receipt: &NewReceipt, now_ms: i64) {
+        self.receipt_id.push(receipt_id);
+        self.kind.push(receipt.kind.as_str());
+        self.payment_id.push(receipt.payment_id.clone());
+        self.refund_id.push(receipt.refund_id.clone());
+        self.order_id.push(receipt.order_id.clone());
+        self.currency.push(receipt.currency.clone());
+        self.livemode.push(i64::from(receipt.livemode));
+        self.lines.push(lines_json(receipt));
+        self.total.push(receipt.total);
+        self.event_id.push(receipt.event_id.clone());
+        self.operation_at.push(receipt.operation_at.clone());
+        self.issued_at.push(now_ms);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.receipt_id.is_empty()
+    }
+
+    /// Binds the columns as the statement's first twelve parameters.
+    fn bind(self, query: PgQuery<'_>) -> PgQuery<'_> {
+        query
+            .bind(self.receipt_id)
+            .bind(self.kind)
+            .bind(self.payment_id)
+            .bind(self.refund_id)
+            .bind(self.order_id)
+            .bind(self.currency)
+            .bind(self.livemode)
+            .bind(self.lines)
+            .bind(self.total)
+            .bind(self.event_id)
+            .bind(self.operation_at)
+            .bind(self.issued_at)
+    }
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
 // -- the inbox: the idempotency protocol's keys, beside the receipts ----------------------------
 
 /// The receipts' database as [`KeyStore`]: one transaction per batch of messages, or per
@@ -328,6 +422,12 @@ pub struct Inbox {
 /// One batch's transaction: the claims, the receipts, the stored outcomes.
 pub struct InboxTx {
     tx: WriteTx,
+    /// Whether a claim came before the receipts (a message alone, or a batch taking the
+    /// protocol's steps): then each receipt is written at once, and its answer says whether
+    /// it was (see [`InboxTx::issue`]).
+    claimed_first: bool,
+    /// PostgreSQL: receipts issued before their messages' late claim, written by it.
+    unwritten: ReceiptRows,
 }
 
 type WriteTx = Either<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>;
@@ -410,9 +510,17 @@ impl KeyStore for Inbox {
     {
         let mut tx = InboxTx {
             tx: begin(&self.pool).await?,
+            claimed_first: false,
+            unwritten: ReceiptRows::default(),
         };
         let finished = work.run(&mut tx).await;
-        end(tx.tx, matches!(finished, Ok(Finish::Commit(_)))).await?;
+        let commit = matches!(finished, Ok(Finish::Commit(_)));
+        if commit {
+            // Never left unwritten by the protocol (its late claim writes them), but an
+            // answer that names a receipt commits only with it.
+            tx.write_unwritten().await?;
+        }
+        end(tx.tx, commit).await?;
         match finished? {
             Finish::Commit(output) | Finish::Rollback(output) => Ok(output),
         }
@@ -427,6 +535,7 @@ impl KeyTx for InboxTx {
         claim: &Claim,
         expired_before_ms: i64,
     ) -> Result<Claimed, StoreError> {
+        self.claimed_first = true;
         // PostgreSQL: a second consumer's claim of the same message waits here for the first
         // one's transaction (at most the lock timeout), then finds its row.
         let claimed: Option<(String,)> = on_either!(&mut self.tx, tx => {
@@ -470,6 +579,7 @@ impl KeyTx for InboxTx {
         claims: &[Claim],
         expired_before_ms: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
+        self.claimed_first = true;
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -525,11 +635,21 @@ impl KeyTx for InboxTx {
     /// redelivery, an expired key, another consumer's claim once it commits): then SQLite's
     /// insert fails, PostgreSQL's writes fewer rows (no error in the server's log for a
     /// redelivery), and the transaction is only rolled back.
+    ///
+    /// PostgreSQL: the batch's receipts go in the same statement, before the keys (see
+    /// [`InboxTx::issue`]); one that its payment's (or refund's, or event's) receipt refuses
+    /// fails the statement, which is then a key held too: the batch runs again with its
+    /// claims first, and that receipt's refusal is answered.
     async fn insert_answered_many(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
     ) -> Result<LateClaim, StoreError> {
-        match self.write_answered(answers, POSTGRES_INSERT_ANSWERED).await {
+        let statement = if self.unwritten.is_empty() {
+            POSTGRES_INSERT_ANSWERED
+        } else {
+            POSTGRES_ISSUE_AND_INSERT_ANSWERED
+        };
+        match self.write_answered(answers, statement).await {
             Ok(written) if written == answers.len() as u64 => Ok(LateClaim::Written),
             Ok(_) => Ok(LateClaim::KeyHeld),
             Err(StoreError(sqlx::Error::Database(e))) if e.is_unique_violation() => {
@@ -643,17 +763,37 @@ const SQLITE_INSERT_ANSWERED: &str = "\
            value ->> 5, value ->> 6 \
       FROM json_each($1)";
 
-/// PostgreSQL: each key's row as it stays, with its answer, from one array per column (the
-/// statements below add what to do with a key that has a row).
+/// PostgreSQL: each key's row as it stays, with its answer, from one array per column, the
+/// seven parameters numbered from `$1`, or from `$13` after a batch's receipts (the statements
+/// below add what to do with a key that has a row).
 macro_rules! postgres_answered_rows {
     () => {
-        "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
-                            response_status, response_body, created_at) \
-         SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, created_at \
-           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
-                       $6::bigint[], $7::text[]) \
-                AS answers (consumer, message_id, claim_id, request_hash, created_at, status, \
-                            body) "
+        postgres_answered_rows!("$1", "$2", "$3", "$4", "$5", "$6", "$7")
+    };
+    ($a:literal, $b:literal, $c:literal, $d:literal, $e:literal, $f:literal, $g:literal) => {
+        concat!(
+            "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
+                                response_status, response_body, created_at) \
+             SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, \
+                    created_at \
+               FROM unnest(",
+            $a,
+            "::text[], ",
+            $b,
+            "::text[], ",
+            $c,
+            "::text[], ",
+            $d,
+            "::text[], ",
+            $e,
+            "::bigint[], ",
+            $f,
+            "::bigint[], ",
+            $g,
+            "::text[]) \
+                    AS answers (consumer, message_id, claim_id, request_hash, created_at, \
+                                status, body) "
+        )
     };
 }
 
@@ -661,6 +801,17 @@ macro_rules! postgres_answered_rows {
 /// waiting for a transaction writing one).
 const POSTGRES_INSERT_ANSWERED: &str = concat!(
     postgres_answered_rows!(),
+    "ON CONFLICT (consumer, message_id) DO NOTHING"
+);
+
+/// PostgreSQL: the batch's receipts ([`ReceiptRows`], `$1`–`$12`), then each key's one row as
+/// [`POSTGRES_INSERT_ANSWERED`] writes it: the late claim and every receipt of its batch in
+/// one round trip. Its count is the keys'.
+const POSTGRES_ISSUE_AND_INSERT_ANSWERED: &str = concat!(
+    "WITH issued AS (",
+    postgres_receipts_from_arrays!(),
+    ") ",
+    postgres_answered_rows!("$13", "$14", "$15", "$16", "$17", "$18", "$19"),
     "ON CONFLICT (consumer, message_id) DO NOTHING"
 );
 
@@ -678,7 +829,8 @@ const POSTGRES_COMPLETE_MANY: &str = concat!(
 impl InboxTx {
     /// Writes each key with its answer: SQLite inserts every one ([`SQLITE_INSERT_ANSWERED`],
     /// its claims wrote nothing); PostgreSQL runs `postgres`, which says what to do with a key
-    /// that has a row. How many rows it wrote.
+    /// that has a row, and takes the unwritten receipts first when there are any. How many
+    /// keys' rows it wrote.
     async fn write_answered(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
@@ -710,7 +862,12 @@ impl InboxTx {
                 let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
                     answers.iter().map(|(claim, _)| f(claim)).collect()
                 };
-                sqlx::query(postgres)
+                let query = sqlx::query(postgres);
+                let query = match std::mem::take(&mut self.unwritten) {
+                    receipts if receipts.is_empty() => query,
+                    receipts => receipts.bind(query),
+                };
+                query
                     .bind(column(|c| &c.scope))
                     .bind(column(|c| &c.key))
                     .bind(column(|c| &c.claim_id))
@@ -748,15 +905,41 @@ impl InboxTx {
     }
 
     /// Writes the receipt: its id, or `None` when its payment or refund has one already.
+    ///
+    /// PostgreSQL, in a batch whose keys are claimed late: the receipt is only noted, and the
+    /// late claim writes it with the keys, in one statement for the whole batch (a statement
+    /// per receipt was a round trip each). Its id is then answered before it is written: were
+    /// it refused, that statement fails, nothing of the batch commits, and the batch runs
+    /// again with its claims first, each receipt written here at once.
     pub async fn issue(
         &mut self,
         receipt: &NewReceipt,
         now_ms: i64,
     ) -> Result<Option<String>, StoreError> {
+        let receipt_id = receipt_id();
+        if matches!(self.tx, Either::Postgres(_)) && !self.claimed_first {
+            self.unwritten.push(receipt_id.clone(), receipt, now_ms);
+            return Ok(Some(receipt_id));
+        }
         let inserted: Option<(String,)> = on_either!(&mut self.tx, tx => {
-            insert_receipt!(receipt, lines_json(receipt), now_ms).fetch_optional(&mut **tx).await?
+            insert_receipt!(receipt_id, receipt, lines_json(receipt), now_ms)
+                .fetch_optional(&mut **tx)
+                .await?
         });
         Ok(inserted.map(|(id,)| id))
+    }
+
+    /// Writes the receipts still unwritten, alone.
+    async fn write_unwritten(&mut self) -> Result<(), StoreError> {
+        if let Either::Postgres(tx) = &mut self.tx
+            && !self.unwritten.is_empty()
+        {
+            std::mem::take(&mut self.unwritten)
+                .bind(sqlx::query(POSTGRES_INSERT_RECEIPTS))
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
     }
 
     /// The receipt already issued for this payment (or refund), for the reason of a refusal.
