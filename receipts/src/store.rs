@@ -632,9 +632,9 @@ impl KeyTx for InboxTx {
     }
 
     /// Each key inserted with its answer, on either database, unless a key has a row already (a
-    /// redelivery, an expired key, another consumer's claim once it commits): then SQLite's
-    /// insert fails, PostgreSQL's writes fewer rows (no error in the server's log for a
-    /// redelivery), and the transaction is only rolled back.
+    /// redelivery, an expired key, another consumer's claim once it commits): then the insert
+    /// fails (PostgreSQL's, without receipts, writes fewer rows instead), and the transaction
+    /// is only rolled back.
     ///
     /// PostgreSQL: the batch's receipts go in the same statement, before the keys (see
     /// [`InboxTx::issue`]); one that its payment's (or refund's, or event's) receipt refuses
@@ -804,15 +804,16 @@ const POSTGRES_INSERT_ANSWERED: &str = concat!(
     "ON CONFLICT (consumer, message_id) DO NOTHING"
 );
 
-/// PostgreSQL: the batch's receipts ([`ReceiptRows`], `$1`–`$12`), then each key's one row as
-/// [`POSTGRES_INSERT_ANSWERED`] writes it: the late claim and every receipt of its batch in
-/// one round trip. Its count is the keys'.
+/// PostgreSQL: the batch's receipts ([`ReceiptRows`], `$1`–`$12`), then each key's one row,
+/// with its answer: the late claim and every receipt of its batch in one round trip. A key
+/// with a row fails it (after waiting for a transaction writing one), as a receipt refused
+/// does: a redelivered message's receipt is refused by its event's anyway, and a plain
+/// insert costs less than one that first looks for a conflict to skip.
 const POSTGRES_ISSUE_AND_INSERT_ANSWERED: &str = concat!(
     "WITH issued AS (",
     postgres_receipts_from_arrays!(),
     ") ",
-    postgres_answered_rows!("$13", "$14", "$15", "$16", "$17", "$18", "$19"),
-    "ON CONFLICT (consumer, message_id) DO NOTHING"
+    postgres_answered_rows!("$13", "$14", "$15", "$16", "$17", "$18", "$19")
 );
 
 /// PostgreSQL: the answer written over each claim's row, only while the row is still that
