@@ -490,6 +490,7 @@ impl Config {
                 DbPooler::None => crate::store::Pooling::Direct,
                 DbPooler::Transaction => crate::store::Pooling::Transaction,
             },
+            connection_lifetime: crate::store::CONNECTION_LIFETIME,
             after_sqlite_commit: Default::default(),
         }
     }

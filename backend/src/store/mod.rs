@@ -24,6 +24,8 @@ pub mod sessions;
 mod sqlite;
 pub mod staff;
 
+pub use postgres::CONNECTION_LIFETIME;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -150,6 +152,9 @@ pub struct StoreSettings {
     pub sqlite_max_size_kib: Option<u64>,
     /// PostgreSQL: straight, or through a pooler in transaction mode.
     pub pooling: Pooling,
+    /// PostgreSQL: how long a pooled connection is lent again before it is closed and
+    /// replaced ([`CONNECTION_LIFETIME`] but in a test).
+    pub connection_lifetime: Duration,
     /// A test's seam (see [`AfterSqliteCommit`]); none in the shipped server.
     pub after_sqlite_commit: AfterSqliteCommit,
 }
@@ -229,6 +234,7 @@ impl Store {
                     settings.pool_size,
                     settings.lock_timeout,
                     settings.pooling,
+                    settings.connection_lifetime,
                 )
                 .await?,
             ))

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use checkout_backend::operations::error::OperationError;
 use checkout_backend::store::{
-    AccountKind, EntryKind, LedgerEntry, NewSession, Pooling, ShopRow, Store, StoreError,
-    StoreSettings, Tx, sessions,
+    AccountKind, CONNECTION_LIFETIME, EntryKind, LedgerEntry, NewSession, Pooling, ShopRow, Store,
+    StoreError, StoreSettings, Tx, sessions,
 };
 use checkout_idempotency::{
     Aborted, Claim, Decision, Fingerprint, HookFuture, Hooks, KeyStore, KeyTx, KeyedRequest,
@@ -86,6 +86,7 @@ fn settings(db: &TestDb, lock_timeout: Duration) -> StoreSettings {
         } else {
             Pooling::Transaction
         },
+        connection_lifetime: CONNECTION_LIFETIME,
         after_sqlite_commit: Default::default(),
     }
 }
@@ -1027,6 +1028,39 @@ async fn store_through_link(
     let via_link = format!("postgres://postgres@127.0.0.1:{}/{database}", link.port);
     let store = Store::connect(&via_link, settings).await.unwrap();
     (link, store)
+}
+
+/// PostgreSQL: a pooled connection past its lifetime is closed and replaced rather than lent
+/// again (after a failover or a pooler's restart, the connections spread again); before it, a
+/// connection is lent again as it is, with no new one opened. Counted by the connections'
+/// startups on the link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pooled_connection_past_its_lifetime_is_replaced() {
+    let (db, direct) = setup(Backend::Postgres).await;
+    drop(direct);
+    let startups = |link: &checkout_testkit::slow_link::SlowLink, before: usize| {
+        link.sends()[before..]
+            .iter()
+            .filter(|kind| **kind == 0)
+            .count()
+    };
+    for (lifetime, opened) in [(CONNECTION_LIFETIME, 0), (Duration::ZERO, 3)] {
+        let settings = StoreSettings {
+            connection_lifetime: lifetime,
+            ..settings(&db, LOCK_TIMEOUT)
+        };
+        let (link, store) = store_through_link(&db, Duration::ZERO, settings).await;
+        store.ping().await.unwrap();
+        let before = link.sends().len();
+        for _ in 0..3 {
+            store.ping().await.unwrap();
+        }
+        assert_eq!(
+            startups(&link, before),
+            opened,
+            "connections opened for three reads, lifetime {lifetime:?}"
+        );
+    }
 }
 
 /// An opening entry of `amount` on `acc_a`, outside any key.

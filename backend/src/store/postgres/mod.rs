@@ -12,6 +12,8 @@
 
 mod pool;
 
+pub use pool::CONNECTION_LIFETIME;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -57,6 +59,7 @@ pub async fn connect(
     pool_size: u32,
     lock_timeout: Duration,
     pooling: Pooling,
+    connection_lifetime: Duration,
 ) -> Result<PgStore, ConnectError> {
     // The claim's wait bound is the session's; a claimed transaction lifts it for itself
     // (CLAIM_KEY), and COMMIT or ROLLBACK brings it back. No statement per transaction for it,
@@ -68,7 +71,7 @@ pub async fn connect(
     };
     // A connection in steady use is known alive, so only one idle for a while is pinged; one
     // that broke meanwhile fails its first statement (`503`, nothing done) and is closed.
-    let pool = pool::pool(url, pool_size, set_lock_timeout)?;
+    let pool = pool::pool(url, pool_size, set_lock_timeout, connection_lifetime)?;
     let mut lent = Lent::of(&pool).await?;
     let begin_pooled = match pooling {
         Pooling::Direct => {

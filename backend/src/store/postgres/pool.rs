@@ -11,14 +11,15 @@
 //!
 //! Before it is lent again a connection has its answers still on their way read (a statement
 //! whose caller went away; no round trip when there are none), and one idle for a second is
-//! pinged, as before.
+//! pinged, as before. One past its lifetime, or idle for ten minutes, is closed instead (and
+//! the idle ones are looked for every minute), as sqlx's pool did.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use deadpool::Runtime;
 use deadpool::managed::{
-    self, Metrics, Object, PoolError, QueueMode, RecycleError, RecycleResult, TimeoutType,
+    self, Metrics, Object, PoolError, QueueMode, RecycleError, RecycleResult, TimeoutType, WeakPool,
 };
 use sqlx::postgres::{PgConnectOptions, PgTransactionManager};
 use sqlx::{Connection as _, Executor as _, PgConnection, TransactionManager as _};
@@ -28,6 +29,18 @@ use crate::store::{ConnectError, StoreError};
 
 /// A pooled connection idle this long is pinged before it is lent.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
+/// How long a pooled connection is lent again before it is closed and replaced: after a
+/// failover, or a pooler's restart, the connections spread again (sqlx's pool did the same).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+/// A pooled connection idle this long is closed: a quiet server holds none of the database's
+/// backends for nothing (sqlx's pool did the same).
+const IDLE_LIMIT: Duration = Duration::from_secs(10 * 60);
+
+/// How often the pool closes the idle connections past their lifetime or [`IDLE_LIMIT`] (one
+/// about to be lent is looked at then).
+const CLOSE_RETIRED_EVERY: Duration = Duration::from_secs(60);
 
 /// How long a unit of work waits for a connection (then `Busy`), and a new connection for
 /// PostgreSQL's answer.
@@ -40,13 +53,21 @@ pub struct Connections {
     options: PgConnectOptions,
     /// Sent once on each new connection (the session's lock timeout), if any.
     on_connect: Option<String>,
+    /// See [`CONNECTION_LIFETIME`].
+    lifetime: Duration,
 }
 
-pub fn pool(url: &str, size: u32, on_connect: Option<String>) -> Result<Pool, ConnectError> {
+pub fn pool(
+    url: &str,
+    size: u32,
+    on_connect: Option<String>,
+    lifetime: Duration,
+) -> Result<Pool, ConnectError> {
     let options: PgConnectOptions = url.parse()?;
-    managed::Pool::builder(Connections {
+    let pool = managed::Pool::builder(Connections {
         options,
         on_connect,
+        lifetime,
     })
     .max_size(size as usize)
     .wait_timeout(Some(WAIT))
@@ -57,7 +78,32 @@ pub fn pool(url: &str, size: u32, on_connect: Option<String>) -> Result<Pool, Co
     .queue_mode(QueueMode::Lifo)
     .runtime(Runtime::Tokio1)
     .build()
-    .map_err(|error| ConnectError::Config(error.to_string()))
+    .map_err(|error| ConnectError::Config(error.to_string()))?;
+    tokio::spawn(close_retired(pool.weak()));
+    Ok(pool)
+}
+
+/// Closes the pool's idle connections that are retired, every [`CLOSE_RETIRED_EVERY`], until
+/// the pool is gone.
+async fn close_retired(pool: WeakPool<Connections>) {
+    let mut every = tokio::time::interval(CLOSE_RETIRED_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let connections = pool.manager();
+        pool.retain(|_, metrics| !connections.retired(&metrics));
+    }
+}
+
+impl Connections {
+    /// Past its lifetime, or idle too long: closed rather than lent again.
+    fn retired(&self, metrics: &Metrics) -> bool {
+        metrics.age() >= self.lifetime || metrics.last_used() >= IDLE_LIMIT
+    }
 }
 
 impl managed::Manager for Connections {
@@ -77,6 +123,9 @@ impl managed::Manager for Connections {
         conn: &mut PgConnection,
         metrics: &Metrics,
     ) -> RecycleResult<sqlx::Error> {
+        if self.retired(metrics) {
+            return Err(RecycleError::message("retired"));
+        }
         // Reads what a statement dropped half-way left on the wire (an error in it fails the
         // recycling, and the connection is closed); nothing to send or read, no round trip.
         conn.flush().await?;
