@@ -292,9 +292,10 @@ impl Hooks for HoldFirstCommit {
 
 /// PostgreSQL: two consumers' batches share a message (a redelivery racing its first copy).
 /// The second's receipt for it waits on the first's uncommitted one (the receipts' unique
-/// index; its id is claimed after its receipts); the first commits, the second's insert of
-/// the id finds it taken, and its batch runs again with its claims first: it replays the
-/// first's answer while its other message runs. One receipt per payment.
+/// index; its id is claimed in the same statement, after its receipts); the first commits,
+/// the second's statement is refused (the event has its receipt), and its batch runs again
+/// with its claims first: it replays the first's answer while its other message runs. One
+/// receipt per payment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_consumers_racing_for_a_message_issue_one_receipt() {
     let db = TestDb::new(Backend::Postgres).await;
