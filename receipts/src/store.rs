@@ -623,7 +623,9 @@ impl KeyTx for InboxTx {
         if answers.is_empty() {
             return Ok(());
         }
-        let done = self.write_answered(answers, POSTGRES_COMPLETE_MANY).await?;
+        let done = self
+            .write_answered(answers, POSTGRES_COMPLETE_MANY, ReceiptRows::default())
+            .await?;
         if done == answers.len() as u64 {
             Ok(())
         } else {
@@ -644,12 +646,13 @@ impl KeyTx for InboxTx {
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
     ) -> Result<LateClaim, StoreError> {
-        let statement = if self.unwritten.is_empty() {
+        let receipts = std::mem::take(&mut self.unwritten);
+        let statement = if receipts.is_empty() {
             POSTGRES_INSERT_ANSWERED
         } else {
             POSTGRES_ISSUE_AND_INSERT_ANSWERED
         };
-        match self.write_answered(answers, statement).await {
+        match self.write_answered(answers, statement, receipts).await {
             Ok(written) if written == answers.len() as u64 => Ok(LateClaim::Written),
             Ok(_) => Ok(LateClaim::KeyHeld),
             Err(StoreError(sqlx::Error::Database(e))) if e.is_unique_violation() => {
@@ -830,12 +833,14 @@ const POSTGRES_COMPLETE_MANY: &str = concat!(
 impl InboxTx {
     /// Writes each key with its answer: SQLite inserts every one ([`SQLITE_INSERT_ANSWERED`],
     /// its claims wrote nothing); PostgreSQL runs `postgres`, which says what to do with a key
-    /// that has a row, and takes the unwritten receipts first when there are any. How many
-    /// keys' rows it wrote.
+    /// that has a row, with `receipts` as its first parameters when there are any (a statement
+    /// that writes them first, [`POSTGRES_ISSUE_AND_INSERT_ANSWERED`]). How many keys' rows it
+    /// wrote.
     async fn write_answered(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
         postgres: &'static str,
+        receipts: ReceiptRows,
     ) -> Result<u64, StoreError> {
         Ok(match &mut self.tx {
             Either::Sqlite(tx) => {
@@ -864,9 +869,10 @@ impl InboxTx {
                     answers.iter().map(|(claim, _)| f(claim)).collect()
                 };
                 let query = sqlx::query(postgres);
-                let query = match std::mem::take(&mut self.unwritten) {
-                    receipts if receipts.is_empty() => query,
-                    receipts => receipts.bind(query),
+                let query = if receipts.is_empty() {
+                    query
+                } else {
+                    receipts.bind(query)
                 };
                 query
                     .bind(column(|c| &c.scope))
