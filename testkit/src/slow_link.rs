@@ -86,6 +86,14 @@ impl SlowLink {
             .collect()
     }
 
+    /// How many connections were opened (their startup messages) from the `before`th send on.
+    pub fn startups_since(&self, before: usize) -> usize {
+        self.sends()[before..]
+            .iter()
+            .filter(|kind| **kind == 0)
+            .count()
+    }
+
     /// Cuts every open connection, dropping what is still on its way.
     pub fn cut(&self) {
         self.cuts.send_modify(|n| *n += 1);

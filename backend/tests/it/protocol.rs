@@ -1038,12 +1038,6 @@ async fn store_through_link(
 async fn a_pooled_connection_past_its_lifetime_is_replaced() {
     let (db, direct) = setup(Backend::Postgres).await;
     drop(direct);
-    let startups = |link: &checkout_testkit::slow_link::SlowLink, before: usize| {
-        link.sends()[before..]
-            .iter()
-            .filter(|kind| **kind == 0)
-            .count()
-    };
     for (lifetime, opened) in [(CONNECTION_LIFETIME, 0), (Duration::ZERO, 3)] {
         let settings = StoreSettings {
             connection_lifetime: lifetime,
@@ -1056,7 +1050,7 @@ async fn a_pooled_connection_past_its_lifetime_is_replaced() {
             store.ping().await.unwrap();
         }
         assert_eq!(
-            startups(&link, before),
+            link.startups_since(before),
             opened,
             "connections opened for three reads, lifetime {lifetime:?}"
         );

@@ -44,10 +44,9 @@ fn three_payments() -> [(&'static str, Value); 3] {
     ]
 }
 
-/// Runs one batch of (message id, event); each message's outcome as (status, body) or the
-/// outcome's name.
-async fn batch(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -> Vec<String> {
-    let outcomes = issue_receipts(
+/// Runs one batch of (message id, event): each message's outcome.
+async fn outcomes(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -> Vec<Outcome> {
+    issue_receipts(
         store,
         protocol,
         "receipts",
@@ -56,10 +55,19 @@ async fn batch(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -
             .map(|(id, body)| (*id, body, receipt::from_event(id, body).unwrap()))
             .collect(),
     )
-    .await;
-    outcomes
+    .await
+    .into_iter()
+    .map(|outcome| outcome.expect("the batch's store works"))
+    .collect()
+}
+
+/// Runs one batch of (message id, event); each message's outcome as "executed 201", "replayed
+/// 201"…, or the outcome's name.
+async fn batch(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -> Vec<String> {
+    outcomes(store, protocol, messages)
+        .await
         .into_iter()
-        .map(|outcome| match outcome.expect("the batch's store works") {
+        .map(|outcome| match outcome {
             Outcome::Executed { response, .. } => format!("executed {}", response.status),
             Outcome::Replayed { response, .. } => format!("replayed {}", response.status),
             Outcome::KeyReused { .. } => "key reused".to_owned(),
@@ -183,22 +191,14 @@ async fn a_new_message_whose_payment_has_its_receipt_is_refused_in_a_batch(backe
         .receipt_id
         .clone();
 
-    let outcomes = issue_receipts(
-        &store,
-        &protocol,
-        "receipts",
-        [
-            ("evt_1b", payment("pay_1", 1_000)),
-            ("evt_2", payment("pay_2", 2_000)),
-        ]
-        .iter()
-        .map(|(id, body)| (*id, body, receipt::from_event(id, body).unwrap()))
-        .collect(),
-    )
-    .await;
-    let answers: Vec<(u16, String)> = outcomes
+    let second = [
+        ("evt_1b", payment("pay_1", 1_000)),
+        ("evt_2", payment("pay_2", 2_000)),
+    ];
+    let answers: Vec<(u16, String)> = outcomes(&store, &protocol, &second)
+        .await
         .into_iter()
-        .map(|outcome| match outcome.expect("the batch's store works") {
+        .map(|outcome| match outcome {
             Outcome::Executed { response, .. } => (response.status, response.body),
             other => panic!("{other:?}"),
         })
