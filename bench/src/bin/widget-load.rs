@@ -10,7 +10,9 @@
 //!
 //! The time is Chromium's own: from the shop's page's `timeOrigin` to the widget's
 //! `checkout:pay-enabled` performance mark (in the frame; for the baseline, made by the page the
-//! moment its button is enabled). Writes a Markdown report (`--out`).
+//! moment its button is enabled). Writes a Markdown report (`--out`), with the moments before
+//! it (the frame made, its document in, the widget's code in) from Resource and Navigation
+//! Timing, on the same clock.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -44,6 +46,12 @@ struct Args {
 #[derive(Debug, Default)]
 struct Load {
     ready_ms: f64,
+    /// The moments before it, on the same clock: the frame made (by the loader), its document
+    /// received, the widget's code (WebAssembly and JavaScript) received. The baseline has only
+    /// the last.
+    frame_made_ms: Option<f64>,
+    document_in_ms: Option<f64>,
+    code_in_ms: f64,
     /// What the shop's page itself fetched from the checkout (the loader; the baseline has none).
     shop_page: u64,
     /// The frame's document (the payment page); none for the baseline.
@@ -81,11 +89,14 @@ new MutationObserver((_, observer) => {
 }).observe(element, { subtree: true, childList: true, attributes: true });
 "#;
 
-/// The page's resources (and, for a frame, its own document), as `[name, transferSize, type]`.
+/// The page's resources (and, for a frame, its own document), as `[name, transferSize, type,
+/// startTime, responseEnd]`.
 const RESOURCES: &str = "return { origin: performance.timeOrigin, \
     mark: (performance.getEntriesByName('checkout:pay-enabled')[0] || {}).startTime, \
     document: performance.getEntriesByType('navigation')[0].transferSize, \
-    resources: performance.getEntriesByType('resource').map((r) => [r.name, r.transferSize, r.initiatorType]) };";
+    document_end: performance.getEntriesByType('navigation')[0].responseEnd, \
+    resources: performance.getEntriesByType('resource').map((r) => \
+      [r.name, r.transferSize, r.initiatorType, r.startTime, r.responseEnd]) };";
 
 #[tokio::main]
 async fn main() {
@@ -223,21 +234,25 @@ async fn load_framed(client: &Client, url: &str) -> Load {
     let inside = marked(client).await;
     client.enter_frame(None).await.unwrap();
     let page: Value = client.execute(RESOURCES, vec![]).await.unwrap();
+    // The frame's clock starts later than the page's: its times, moved onto the page's.
+    let offset = inside["origin"].as_f64().unwrap() - page["origin"].as_f64().unwrap();
     let mut load = Load {
-        ready_ms: inside["origin"].as_f64().unwrap() + inside["mark"].as_f64().unwrap()
-            - page["origin"].as_f64().unwrap(),
+        ready_ms: offset + inside["mark"].as_f64().unwrap(),
         document: inside["document"].as_u64().unwrap_or(0),
+        document_in_ms: inside["document_end"].as_f64().map(|t| offset + t),
         ..Load::default()
     };
     for resource in page["resources"].as_array().unwrap() {
-        if resource[0]
-            .as_str()
-            .is_some_and(|n| n.contains("/v1/checkout.js"))
-        {
+        let name = resource[0].as_str().unwrap_or("");
+        if name.contains("/v1/checkout.js") {
             load.shop_page += resource[1].as_u64().unwrap_or(0);
+        }
+        if resource[2] == "iframe" && name.contains("/pay/") {
+            load.frame_made_ms = resource[3].as_f64();
         }
     }
     add_widget_files(&mut load, &inside);
+    load.code_in_ms += offset;
     load
 }
 
@@ -278,6 +293,10 @@ fn add_widget_files(load: &mut Load, page: &Value) {
         let path = name.split('?').next().unwrap_or("");
         if initiator == "fetch" && path.contains("/api/") || path.ends_with("/page.js") {
             continue;
+        }
+        if path.ends_with(".wasm") || path.ends_with(".js") {
+            let end = resource[4].as_f64().unwrap_or(0.0);
+            load.code_in_ms = load.code_in_ms.max(end);
         }
         if path.ends_with(".wasm") {
             load.wasm += bytes;
@@ -365,6 +384,9 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
          warm ({:.2}× and {:.2}× for a shop's page of the same site: a frame of another site gets \
          a renderer process of its own, Chromium's site isolation, which is the point of the \
          frame).\n\n\
+         ## Where the time goes (medians, ms from the shop's page's start)\n\n\
+         | | frame, cold | in the page, cold | frame, warm | in the page, warm |\n\
+         |---|---|---|---|---|\n{}\n\
          ## Transferred, cold (bytes on the wire, Resource Timing `transferSize`, headers included)\n\n\
          | | in its frame | in the shop's page |\n|---|---|---|\n",
         framed.len(),
@@ -378,6 +400,7 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
         ratio(warm(framed), warm(in_page)),
         ratio(cold(same_site), cold(in_page)),
         ratio(warm(same_site), warm(in_page)),
+        steps(framed, in_page),
     );
     let bytes = |rounds: &[Round], part: fn(&Load) -> u64| {
         median(rounds.iter().map(|r| part(&r.cold) as f64).collect()) as u64
@@ -405,6 +428,41 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
         kb(median(framed.iter().map(|r| r.warm.total() as f64).collect()) as u64),
     );
     out
+}
+
+/// The moments of a load, as medians: when the frame was made, when its document and the
+/// widget's code were in, when «Оплатить» was enabled; the frame's against the baseline's.
+fn steps(framed: &[Round], in_page: &[Round]) -> String {
+    let at = |rounds: &[Round], load: fn(&Round) -> &Load, step: fn(&Load) -> Option<f64>| {
+        let times: Vec<f64> = rounds.iter().filter_map(|r| step(load(r))).collect();
+        if times.is_empty() {
+            "—".to_owned()
+        } else {
+            format!("{:.0}", median(times))
+        }
+    };
+    let cold: fn(&Round) -> &Load = |r| &r.cold;
+    let warm: fn(&Round) -> &Load = |r| &r.warm;
+    type Step = fn(&Load) -> Option<f64>;
+    let rows: [(&str, Step); 4] = [
+        ("the loader has made the frame", |l| l.frame_made_ms),
+        ("the frame's document is in", |l| l.document_in_ms),
+        ("the widget's code is in (WebAssembly, JavaScript)", |l| {
+            Some(l.code_in_ms)
+        }),
+        ("«Оплатить» is enabled", |l| Some(l.ready_ms)),
+    ];
+    rows.iter()
+        .map(|(name, step)| {
+            format!(
+                "| {name} | {} | {} | {} | {} |\n",
+                at(framed, cold, *step),
+                at(in_page, cold, *step),
+                at(framed, warm, *step),
+                at(in_page, warm, *step),
+            )
+        })
+        .collect()
 }
 
 fn copy_dir(from: &Path, to: &Path) {
