@@ -251,8 +251,7 @@ async fn load_framed(client: &Client, url: &str) -> Load {
             load.frame_made_ms = resource[3].as_f64();
         }
     }
-    add_widget_files(&mut load, &inside);
-    load.code_in_ms += offset;
+    add_widget_files(&mut load, &inside, offset);
     load
 }
 
@@ -264,7 +263,7 @@ async fn load_in_page(client: &Client, url: &str) -> Load {
         ready_ms: page["mark"].as_f64().unwrap(),
         ..Load::default()
     };
-    add_widget_files(&mut load, &page);
+    add_widget_files(&mut load, &page, 0.0);
     load
 }
 
@@ -282,8 +281,8 @@ async fn marked(client: &Client) -> Value {
 }
 
 /// The widget's own files among the page's resources (not the API's answers, not the shop's
-/// page and script).
-fn add_widget_files(load: &mut Load, page: &Value) {
+/// page and script); `offset` moves the page's times onto the shop's page's clock.
+fn add_widget_files(load: &mut Load, page: &Value, offset: f64) {
     for resource in page["resources"].as_array().unwrap() {
         let (name, bytes, initiator) = (
             resource[0].as_str().unwrap_or(""),
@@ -295,7 +294,7 @@ fn add_widget_files(load: &mut Load, page: &Value) {
             continue;
         }
         if path.ends_with(".wasm") || path.ends_with(".js") {
-            let end = resource[4].as_f64().unwrap_or(0.0);
+            let end = offset + resource[4].as_f64().unwrap_or(0.0);
             load.code_in_ms = load.code_in_ms.max(end);
         }
         if path.ends_with(".wasm") {
@@ -433,7 +432,8 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
 /// The moments of a load, as medians: when the frame was made, when its document and the
 /// widget's code were in, when «Оплатить» was enabled; the frame's against the baseline's.
 fn steps(framed: &[Round], in_page: &[Round]) -> String {
-    let at = |rounds: &[Round], load: fn(&Round) -> &Load, step: fn(&Load) -> Option<f64>| {
+    type Step = fn(&Load) -> Option<f64>;
+    let at = |rounds: &[Round], load: fn(&Round) -> &Load, step: Step| {
         let times: Vec<f64> = rounds.iter().filter_map(|r| step(load(r))).collect();
         if times.is_empty() {
             "—".to_owned()
@@ -443,7 +443,6 @@ fn steps(framed: &[Round], in_page: &[Round]) -> String {
     };
     let cold: fn(&Round) -> &Load = |r| &r.cold;
     let warm: fn(&Round) -> &Load = |r| &r.warm;
-    type Step = fn(&Load) -> Option<f64>;
     let rows: [(&str, Step); 4] = [
         ("the loader has made the frame", |l| l.frame_made_ms),
         ("the frame's document is in", |l| l.document_in_ms),
