@@ -10,9 +10,9 @@
 //!
 //! Messages are taken in batches — whatever deliveries are here when the last batch is handed
 //! on, up to the prefetch — and a batch is one transaction (`Protocol::execute_many`), so that
-//! a commit, and the protocol's own statement, are paid per batch rather than per message: the
-//! receipts are written, then every id with its outcome (the late claim, see
-//! [`crate::store::Inbox`]). The acks still follow the commit that holds their messages.
+//! a commit is paid per batch rather than per message: the receipts are written, each holding
+//! its message's id and fingerprint (the late claim, see [`crate::store::Inbox`]). The acks
+//! still follow the commit that holds their messages.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,10 +28,10 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::receipt::{self, NewReceipt, PAYMENT_SUCCEEDED, REFUND_SUCCEEDED};
-use crate::store::{InboxTx, Store, StoreError};
+use crate::store::{self, InboxTx, Issued, Store, StoreError};
 
 /// The checkout's exchange (declared here too, as the checkout declares it: either may start
 /// first).
@@ -499,12 +499,9 @@ impl Operation<InboxTx> for Issue {
     type Error = StoreError;
 
     async fn apply(&self, tx: &mut InboxTx, claim: &Claim) -> Result<Decision, StoreError> {
-        let response = match tx.issue(&self.0, claim.now_ms).await? {
-            Some(receipt_id) => StoredResponse {
-                status: 201,
-                body: json!({ "receipt_id": receipt_id }).to_string(),
-            },
-            None => {
+        let response = match tx.issue(&self.0, claim).await? {
+            Issued::Receipt(receipt_id) => store::issued_answer(&receipt_id),
+            Issued::Refused => {
                 let existing = tx.existing(&self.0).await?.unwrap_or_default();
                 let subject = self.0.refund_id.as_deref().unwrap_or(&self.0.payment_id);
                 StoredResponse {
@@ -514,6 +511,9 @@ impl Operation<InboxTx> for Issue {
                     ),
                 }
             }
+            // Another consumer's copy of this message wrote its receipt after this claim: the
+            // next attempt's claim finds it, and replays its answer.
+            Issued::ClaimedMeanwhile => return Ok(Decision::Restart),
         };
         Ok(Decision::Respond(response))
     }

@@ -39,13 +39,15 @@ macro_rules! on_either {
 }
 
 /// The receipt's row, as a query to fetch on either driver; it returns nothing when its payment
-/// (or refund) has one already, by another event.
+/// (or refund) has one already, by another event. `$key`: the message's key the receipt holds
+/// (its queue and fingerprint, see [`receipt_key`]), if it does.
 macro_rules! insert_receipt {
-    ($receipt_id:expr, $receipt:expr, $lines:expr, $now_ms:expr) => {
+    ($receipt_id:expr, $receipt:expr, $lines:expr, $now_ms:expr, $key:expr) => {
         sqlx::query_as::<_, (String,)>(
             "INSERT INTO receipts (receipt_id, kind, payment_id, refund_id, order_id, currency, \
-                                   livemode, lines, total, event_id, operation_at, issued_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                                   livemode, lines, total, event_id, operation_at, issued_at, \
+                                   consumer, request_hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT DO NOTHING RETURNING receipt_id",
         )
         .bind($receipt_id)
@@ -60,6 +62,8 @@ macro_rules! insert_receipt {
         .bind($receipt.event_id.as_str())
         .bind($receipt.operation_at.as_str())
         .bind($now_ms)
+        .bind($key.map(|(consumer, _)| consumer))
+        .bind($key.map(|(_, request_hash)| request_hash))
     };
 }
 
@@ -238,10 +242,15 @@ impl Store {
             Either::Sqlite(tx) => {
                 let mut written = 0;
                 for receipt in receipts {
-                    let inserted: Option<(String,)> =
-                        insert_receipt!(receipt_id(), receipt, lines_json(receipt), now_ms)
-                            .fetch_optional(&mut **tx)
-                            .await?;
+                    let inserted: Option<(String,)> = insert_receipt!(
+                        receipt_id(),
+                        receipt,
+                        lines_json(receipt),
+                        now_ms,
+                        None::<(&str, &str)>
+                    )
+                    .fetch_optional(&mut **tx)
+                    .await?;
                     written += usize::from(inserted.is_some());
                 }
                 written
@@ -249,7 +258,7 @@ impl Store {
             Either::Postgres(tx) => {
                 let mut rows = ReceiptRows::default();
                 for receipt in receipts {
-                    rows.push(receipt_id(), receipt, now_ms);
+                    rows.push(receipt_id(), receipt, None, now_ms);
                 }
                 let written = rows
                     .bind(sqlx::query(POSTGRES_INSERT_RECEIPTS))
@@ -344,10 +353,11 @@ fn receipt_id() -> String {
 macro_rules! postgres_receipts_from_arrays {
     () => {
         "INSERT INTO receipts (receipt_id, kind, payment_id, refund_id, order_id, currency, \
-                               livemode, lines, total, event_id, operation_at, issued_at) \
+                               livemode, lines, total, event_id, operation_at, issued_at, \
+                               consumer, request_hash) \
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
                               $6::text[], $7::bigint[], $8::text[], $9::bigint[], $10::text[], \
-                              $11::text[], $12::bigint[])"
+                              $11::text[], $12::bigint[], $13::text[], $14::text[])"
     };
 }
 
@@ -369,10 +379,18 @@ struct ReceiptRows {
     event_id: Vec<String>,
     operation_at: Vec<String>,
     issued_at: Vec<i64>,
+    consumer: Vec<Option<String>>,
+    request_hash: Vec<Option<String>>,
 }
 
 impl ReceiptRows {
-    fn push(&mut self, receipt_id: String, receipt: &NewReceipt, now_ms: i64) {
+    fn push(
+        &mut self,
+        receipt_id: String,
+        receipt: &NewReceipt,
+        key: Option<(&str, &str)>,
+        now_ms: i64,
+    ) {
         self.receipt_id.push(receipt_id);
         self.kind.push(receipt.kind.as_str());
         self.payment_id.push(receipt.payment_id.clone());
@@ -385,13 +403,17 @@ impl ReceiptRows {
         self.event_id.push(receipt.event_id.clone());
         self.operation_at.push(receipt.operation_at.clone());
         self.issued_at.push(now_ms);
+        self.consumer
+            .push(key.map(|(consumer, _)| consumer.to_owned()));
+        self.request_hash
+            .push(key.map(|(_, request_hash)| request_hash.to_owned()));
     }
 
     fn is_empty(&self) -> bool {
         self.receipt_id.is_empty()
     }
 
-    /// Binds the columns as the statement's first twelve parameters.
+    /// Binds the columns as the statement's parameters.
     fn bind(self, query: PgQuery<'_>) -> PgQuery<'_> {
         query
             .bind(self.receipt_id)
@@ -406,12 +428,20 @@ impl ReceiptRows {
             .bind(self.event_id)
             .bind(self.operation_at)
             .bind(self.issued_at)
+            .bind(self.consumer)
+            .bind(self.request_hash)
     }
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 // -- the inbox: the idempotency protocol's keys, beside the receipts ----------------------------
+//
+// A message's key is held by one of two records: the receipt it issued (whose `event_id` is the
+// message id; the queue and the message's fingerprint beside it, and its answer is the
+// receipt's id), or an inbox row (a claim in progress, or an outcome that is not a receipt: a
+// refusal). A message that issued a receipt writes no row of its own: the receipt is the
+// record, as a payment's idempotency key is stored on the payment it made.
 
 /// The receipts' database as [`KeyStore`]: one transaction per batch of messages, or per
 /// message when one runs alone ([`begin`]).
@@ -426,8 +456,50 @@ pub struct InboxTx {
     /// protocol's steps): then each receipt is written at once, and its answer says whether
     /// it was (see [`InboxTx::issue`]).
     claimed_first: bool,
+    /// The claims' bound: a record older than this no longer holds its key.
+    expired_before_ms: i64,
     /// PostgreSQL: receipts issued before their messages' late claim, written by it.
     unwritten: ReceiptRows,
+    /// The keys (queue, message id) whose receipt this transaction wrote (or noted), holding
+    /// them: each one's receipt id.
+    held_by_receipts: HashMap<(String, String), String>,
+}
+
+/// What became of a receipt ([`InboxTx::issue`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Issued {
+    /// Written (on PostgreSQL, in a batch whose keys are claimed late, to be written by its late
+    /// claim): its id.
+    Receipt(String),
+    /// Its payment (or refund) has a receipt already, by another event.
+    Refused,
+    /// The message's own receipt, committed by another consumer after this transaction's
+    /// claim of it was made: the claim is stale, and the next attempt's finds that receipt.
+    ClaimedMeanwhile,
+}
+
+/// The answer stored for a message that issued a receipt: what the receipt's row gives back as
+/// its key's record ([`receipt_key_record`]), byte for byte.
+pub fn issued_answer(receipt_id: &str) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        body: json!({ "receipt_id": receipt_id }).to_string(),
+    }
+}
+
+/// A receipt's row as the record of the key it holds ([`KeyRow`]'s columns), as
+/// [`issued_answer`] makes it.
+macro_rules! receipt_key_record {
+    () => {
+        "request_hash, 'done', CAST(201 AS BIGINT), \
+         '{\"receipt_id\":\"' || receipt_id || '\"}', issued_at"
+    };
+}
+
+/// The message's key a receipt holds — its queue and its fingerprint — when the receipt is the
+/// message's own (its event is the message: always, for a message of the checkout's).
+fn receipt_key<'c>(receipt: &NewReceipt, claim: &'c Claim) -> Option<(&'c str, &'c str)> {
+    (receipt.event_id == claim.key).then_some((claim.scope.as_str(), claim.request_hash.as_str()))
 }
 
 type WriteTx = Either<sqlx::Transaction<'static, Sqlite>, sqlx::Transaction<'static, Postgres>>;
@@ -477,8 +549,17 @@ fn key_record(
     }
 }
 
-const STORED_KEY: &str = "SELECT request_hash, status, response_status, response_body, created_at \
-     FROM inbox WHERE consumer = $1 AND message_id = $2";
+/// A key's record: the newest of its inbox row and the receipt that holds it (a key has both
+/// once its receipt's record has expired and a later claim stored a refusal).
+const STORED_KEY: &str = concat!(
+    "SELECT request_hash, status, response_status, response_body, created_at FROM inbox \
+      WHERE consumer = $1 AND message_id = $2 \
+     UNION ALL \
+     SELECT ",
+    receipt_key_record!(),
+    " FROM receipts WHERE event_id = $2 AND consumer = $1 \
+     ORDER BY created_at DESC LIMIT 1"
+);
 
 impl KeyStore for Inbox {
     type Tx = InboxTx;
@@ -490,9 +571,10 @@ impl KeyStore for Inbox {
         false
     }
 
-    /// A batch's message ids are written once, with their outcomes, after its receipts: the
-    /// inbox's one statement per batch. A redelivered message in the batch makes the batch run
-    /// again with its claims first (rare: a consumer gone before its acks).
+    /// A batch's receipts are written, and hold their messages' keys, with no claim before
+    /// them: the inbox's late claim is their one statement (PostgreSQL), or nothing at all. A
+    /// redelivered message in the batch makes the batch run again with its claims first (rare:
+    /// a consumer gone before its acks).
     fn claims_late(&self) -> bool {
         true
     }
@@ -511,7 +593,9 @@ impl KeyStore for Inbox {
         let mut tx = InboxTx {
             tx: begin(&self.pool).await?,
             claimed_first: false,
+            expired_before_ms: 0,
             unwritten: ReceiptRows::default(),
+            held_by_receipts: HashMap::new(),
         };
         let finished = work.run(&mut tx).await;
         let commit = matches!(finished, Ok(Finish::Commit(_)));
@@ -530,19 +614,25 @@ impl KeyStore for Inbox {
 impl KeyTx for InboxTx {
     type Error = StoreError;
 
+    /// The key's inbox row inserted (or an expired one's taken over), unless a live receipt
+    /// holds the key. PostgreSQL: a second consumer's claim of the same message waits here for
+    /// the first one's claim (at most the lock timeout); a receipt for it that the first is
+    /// writing, uncommitted, is found when this one's receipt waits for it
+    /// ([`Issued::ClaimedMeanwhile`]).
     async fn claim(
         &mut self,
         claim: &Claim,
         expired_before_ms: i64,
     ) -> Result<Claimed, StoreError> {
         self.claimed_first = true;
-        // PostgreSQL: a second consumer's claim of the same message waits here for the first
-        // one's transaction (at most the lock timeout), then finds its row.
+        self.expired_before_ms = expired_before_ms;
         let claimed: Option<(String,)> = on_either!(&mut self.tx, tx => {
             sqlx::query_as(
                 "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
                                     created_at) \
-                 VALUES ($1, $2, $3, $4, 'in_progress', $5) \
+                 SELECT $1, $2, $3, $4, 'in_progress', $5 \
+                  WHERE NOT EXISTS (SELECT 1 FROM receipts \
+                                     WHERE event_id = $2 AND consumer = $1 AND issued_at >= $6) \
                  ON CONFLICT (consumer, message_id) DO UPDATE \
                     SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
                         status = 'in_progress', response_status = NULL, \
@@ -569,17 +659,18 @@ impl KeyTx for InboxTx {
     /// SQLite, one more for each key it takes over from an expired row).
     ///
     /// SQLite: this transaction took the database's one write lock as it began (`IMMEDIATE`),
-    /// so no other can write a key before it ends, and a key no live row holds is this
+    /// so no other can write a key before it ends, and a key no live record holds is this
     /// transaction's already. The claim is then a read, and [`KeyTx::complete_many`] writes
-    /// each key once, with its answer: one row written per message instead of a claim and its
-    /// update. PostgreSQL has no such lock: each key is claimed by inserting its row, whose
-    /// index entry makes another consumer's claim of it wait for this transaction.
+    /// each refusal's row once, with its answer (a receipt holds its own key). PostgreSQL has
+    /// no such lock: each key is claimed by inserting its row, whose index entry makes another
+    /// consumer's claim of it wait for this transaction.
     async fn claim_many(
         &mut self,
         claims: &[Claim],
         expired_before_ms: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
         self.claimed_first = true;
+        self.expired_before_ms = expired_before_ms;
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -612,20 +703,34 @@ impl KeyTx for InboxTx {
         }
     }
 
-    /// [`KeyTx::complete`] of every claimed key, in one statement whatever their number: the
-    /// key's row as it stays, written over the claim's (PostgreSQL, found by its key in the
-    /// primary key's index: no plan to choose, however small the inbox was when the statement
-    /// was first planned) or written now (SQLite, see `claim_many`).
+    /// [`KeyTx::complete`] of every claimed key: each refusal's row as it stays, written over
+    /// the claim's (PostgreSQL, in one statement whatever their number) or written now
+    /// (SQLite, see `claim_many`); the claims of the keys their receipts now hold, deleted
+    /// (PostgreSQL; SQLite's wrote none).
     async fn complete_many(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
     ) -> Result<(), StoreError> {
-        if answers.is_empty() {
-            return Ok(());
+        let (held, rows) = self.held_apart(answers)?;
+        let mut done = 0;
+        if !rows.is_empty() {
+            done += self.write_answered(&rows).await?;
         }
-        let done = self
-            .write_answered(answers, POSTGRES_COMPLETE_MANY, ReceiptRows::default())
-            .await?;
+        if let Either::Postgres(tx) = &mut self.tx
+            && !held.is_empty()
+        {
+            let column =
+                |f: fn(&Claim) -> &str| -> Vec<&str> { held.iter().map(|c| f(c)).collect() };
+            done += sqlx::query(POSTGRES_DELETE_CLAIMS)
+                .bind(column(|c| &c.scope))
+                .bind(column(|c| &c.key))
+                .bind(column(|c| &c.claim_id))
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+        } else {
+            done += held.len() as u64;
+        }
         if done == answers.len() as u64 {
             Ok(())
         } else {
@@ -633,53 +738,81 @@ impl KeyTx for InboxTx {
         }
     }
 
-    /// Each key inserted with its answer, on either database, unless a key has a row already (a
-    /// redelivery, an expired key, another consumer's claim once it commits): then the insert
-    /// fails (PostgreSQL's, without receipts, writes fewer rows instead), and the transaction
-    /// is only rolled back.
-    ///
-    /// PostgreSQL: the batch's receipts go in the same statement, before the keys (see
-    /// [`InboxTx::issue`]); one that its payment's (or refund's, or event's) receipt refuses
-    /// fails the statement, which is then a key held too: the batch runs again with its
-    /// claims first, and that receipt's refusal is answered.
+    /// The late claim: a batch's receipts hold their keys — on PostgreSQL this is their one
+    /// statement, which fails (after waiting for a transaction writing one) if any of them is
+    /// refused, by a receipt of its event, payment or refund; every other answer (a refusal) is
+    /// inserted as its key's row, on SQLite, unless a receipt holds its key or it has a row:
+    /// then nothing commits, and the batch runs again with its claims first, where each
+    /// receipt is written at once and a refusal is answered.
     async fn insert_answered_many(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
     ) -> Result<LateClaim, StoreError> {
-        let receipts = std::mem::take(&mut self.unwritten);
-        let statement = if receipts.is_empty() {
-            POSTGRES_INSERT_ANSWERED
-        } else {
-            POSTGRES_ISSUE_AND_INSERT_ANSWERED
-        };
-        match self.write_answered(answers, statement, receipts).await {
-            Ok(written) if written == answers.len() as u64 => Ok(LateClaim::Written),
-            Ok(_) => Ok(LateClaim::KeyHeld),
-            Err(StoreError(sqlx::Error::Database(e))) if e.is_unique_violation() => {
-                Ok(LateClaim::KeyHeld)
+        let (_, rows) = self.held_apart(answers)?;
+        let all_written = match &mut self.tx {
+            // Every answer of a late-claimed batch on PostgreSQL is a receipt noted (see
+            // `issue`): any other takes the claims first.
+            Either::Postgres(_) if !rows.is_empty() => Ok(false),
+            Either::Postgres(tx) => {
+                let receipts = std::mem::take(&mut self.unwritten);
+                if receipts.is_empty() {
+                    Ok(true)
+                } else {
+                    receipts
+                        .bind(sqlx::query(POSTGRES_INSERT_RECEIPTS))
+                        .execute(&mut **tx)
+                        .await
+                        .map(|_| true)
+                }
             }
-            Err(error) => Err(error),
+            Either::Sqlite(_) if rows.is_empty() => Ok(true),
+            Either::Sqlite(tx) => sqlx::query(SQLITE_INSERT_ANSWERED_UNLESS_HELD)
+                .bind(sqlite_answered_rows(&rows))
+                .execute(&mut **tx)
+                .await
+                .map(|done| done.rows_affected() == rows.len() as u64),
+        };
+        match all_written {
+            Ok(true) => Ok(LateClaim::Written),
+            Ok(false) => Ok(LateClaim::KeyHeld),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(LateClaim::KeyHeld),
+            Err(error) => Err(StoreError(error)),
         }
     }
 
+    /// The answer over the claim's row; or, if the key's receipt holds it now, the claim's row
+    /// deleted.
     async fn complete(
         &mut self,
         claim: &Claim,
         response: &StoredResponse,
     ) -> Result<(), StoreError> {
+        let (held, _) = self.held_apart(&[(claim, response)])?;
         let done = on_either!(&mut self.tx, tx => {
-            sqlx::query(
-                "UPDATE inbox SET status = 'done', response_status = $4, response_body = $5 \
-                 WHERE consumer = $1 AND message_id = $2 AND claim_id = $3",
-            )
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(&claim.claim_id)
-            .bind(i64::from(response.status))
-            .bind(&response.body)
-            .execute(&mut **tx)
-            .await?
-            .rows_affected()
+            if held.is_empty() {
+                sqlx::query(
+                    "UPDATE inbox SET status = 'done', response_status = $4, response_body = $5 \
+                     WHERE consumer = $1 AND message_id = $2 AND claim_id = $3",
+                )
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .bind(&claim.claim_id)
+                .bind(i64::from(response.status))
+                .bind(&response.body)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected()
+            } else {
+                sqlx::query(
+                    "DELETE FROM inbox WHERE consumer = $1 AND message_id = $2 AND claim_id = $3",
+                )
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .bind(&claim.claim_id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected()
+            }
         });
         if done == 1 {
             Ok(())
@@ -689,9 +822,9 @@ impl KeyTx for InboxTx {
     }
 }
 
-/// SQLite's claim of a batch (see [`KeyTx::claim_many`] of [`InboxTx`]): which keys rows hold,
-/// in one read; a key held past `expired_before_ms` (months: rare) has its row deleted and is
-/// taken over.
+/// SQLite's claim of a batch (see [`KeyTx::claim_many`] of [`InboxTx`]): which records hold
+/// the keys, in one read; a key whose newest record is older than `expired_before_ms` (months:
+/// rare) has its inbox row deleted, if it has one, and is taken over.
 async fn sqlite_claim_many(
     tx: &mut sqlx::Transaction<'static, Sqlite>,
     claims: &[Claim],
@@ -702,17 +835,20 @@ async fn sqlite_claim_many(
         .bind(Value::Array(keys).to_string())
         .fetch_all(&mut **tx)
         .await?;
-    let mut held: HashMap<(String, String), KeyRow> = rows
-        .into_iter()
-        .map(
-            |(scope, key, hash, status, response_status, body, created_at)| {
-                (
-                    (scope, key),
-                    (hash, status, response_status, body, created_at),
-                )
-            },
-        )
-        .collect();
+    let mut held: HashMap<(String, String), KeyRow> = HashMap::with_capacity(rows.len());
+    for (scope, key, hash, status, response_status, body, created_at) in rows {
+        let row = (hash, status, response_status, body, created_at);
+        match held.entry((scope, key)) {
+            std::collections::hash_map::Entry::Occupied(mut newest) => {
+                if newest.get().4 < created_at {
+                    newest.insert(row);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(first) => {
+                first.insert(row);
+            }
+        }
+    }
     let mut claimed = Vec::with_capacity(claims.len());
     for claim in claims {
         match held.remove(&(claim.scope.clone(), claim.key.clone())) {
@@ -737,26 +873,44 @@ async fn sqlite_claim_many(
 /// a JSON array of rows, PostgreSQL an array per column), so that the text is the same for any
 /// number of them and prepared once.
 ///
-/// SQLite: the rows that hold any of the keys.
-const SQLITE_HELD_MANY: &str = "\
-    SELECT inbox.consumer, inbox.message_id, request_hash, status, response_status, \
-           response_body, created_at \
-      FROM json_each($1) AS keys \
-      JOIN inbox ON inbox.consumer = keys.value ->> 0 AND inbox.message_id = keys.value ->> 1";
+/// SQLite: the records that hold any of the keys (a key may have two, see [`STORED_KEY`]).
+const SQLITE_HELD_MANY: &str = concat!(
+    "SELECT inbox.consumer, inbox.message_id, request_hash, status, response_status, \
+            response_body, created_at \
+       FROM json_each($1) AS keys \
+       JOIN inbox ON inbox.consumer = keys.value ->> 0 AND inbox.message_id = keys.value ->> 1 \
+     UNION ALL \
+     SELECT receipts.consumer, receipts.event_id, ",
+    receipt_key_record!(),
+    " FROM json_each($1) AS keys \
+       JOIN receipts ON receipts.event_id = keys.value ->> 1 \
+                    AND receipts.consumer = keys.value ->> 0"
+);
 
-/// PostgreSQL: each new key's row inserted (or an expired one's taken over); the keys it took
-/// come back.
+/// PostgreSQL: each new key's row inserted (or an expired one's taken over), unless a live
+/// receipt holds it; the keys it took come back.
 const POSTGRES_CLAIM_MANY: &str = "\
     INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, created_at) \
     SELECT consumer, message_id, claim_id, request_hash, 'in_progress', created_at \
       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
            AS claims (consumer, message_id, claim_id, request_hash, created_at) \
+     WHERE NOT EXISTS (SELECT 1 FROM receipts \
+                        WHERE receipts.event_id = claims.message_id \
+                          AND receipts.consumer = claims.consumer \
+                          AND receipts.issued_at >= $6) \
     ON CONFLICT (consumer, message_id) DO UPDATE \
        SET claim_id = excluded.claim_id, request_hash = excluded.request_hash, \
            status = 'in_progress', response_status = NULL, response_body = NULL, \
            created_at = excluded.created_at \
      WHERE inbox.created_at < $6 \
     RETURNING consumer, message_id";
+
+/// PostgreSQL: the claims of keys that their receipts now hold, deleted.
+const POSTGRES_DELETE_CLAIMS: &str = "\
+    DELETE FROM inbox USING unnest($1::text[], $2::text[], $3::text[]) \
+                            AS held (consumer, message_id, claim_id) \
+     WHERE inbox.consumer = held.consumer AND inbox.message_id = held.message_id \
+       AND inbox.claim_id = held.claim_id";
 
 /// SQLite: each key's one row, with its answer (a key with a row fails it).
 const SQLITE_INSERT_ANSWERED: &str = "\
@@ -766,115 +920,100 @@ const SQLITE_INSERT_ANSWERED: &str = "\
            value ->> 5, value ->> 6 \
       FROM json_each($1)";
 
-/// PostgreSQL: each key's row as it stays, with its answer, from one array per column, the
-/// seven parameters numbered from `$1`, or from `$13` after a batch's receipts (the statements
-/// below add what to do with a key that has a row).
-macro_rules! postgres_answered_rows {
-    () => {
-        postgres_answered_rows!("$1", "$2", "$3", "$4", "$5", "$6", "$7")
-    };
-    ($a:literal, $b:literal, $c:literal, $d:literal, $e:literal, $f:literal, $g:literal) => {
-        concat!(
-            "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
-                                response_status, response_body, created_at) \
-             SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, \
-                    created_at \
-               FROM unnest(",
-            $a,
-            "::text[], ",
-            $b,
-            "::text[], ",
-            $c,
-            "::text[], ",
-            $d,
-            "::text[], ",
-            $e,
-            "::bigint[], ",
-            $f,
-            "::bigint[], ",
-            $g,
-            "::text[]) \
-                    AS answers (consumer, message_id, claim_id, request_hash, created_at, \
-                                status, body) "
-        )
-    };
-}
-
-/// PostgreSQL: each key's one row, with its answer; none for a key with a row (found after
-/// waiting for a transaction writing one).
-const POSTGRES_INSERT_ANSWERED: &str = concat!(
-    postgres_answered_rows!(),
-    "ON CONFLICT (consumer, message_id) DO NOTHING"
-);
-
-/// PostgreSQL: the batch's receipts ([`ReceiptRows`], `$1`–`$12`), then each key's one row,
-/// with its answer: the late claim and every receipt of its batch in one round trip. A key
-/// with a row fails it (after waiting for a transaction writing one), as a receipt refused
-/// does: a redelivered message's receipt is refused by its event's anyway, and a plain
-/// insert costs less than one that first looks for a conflict to skip.
-const POSTGRES_ISSUE_AND_INSERT_ANSWERED: &str = concat!(
-    "WITH issued AS (",
-    postgres_receipts_from_arrays!(),
-    ") ",
-    postgres_answered_rows!("$13", "$14", "$15", "$16", "$17", "$18", "$19")
-);
+/// SQLite, the late claim: each key's one row, with its answer, but none for a key that a
+/// receipt holds, live or not (a key with a row fails it).
+const SQLITE_INSERT_ANSWERED_UNLESS_HELD: &str = "\
+    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, response_status, \
+                       response_body, created_at) \
+    SELECT answers.value ->> 0, answers.value ->> 1, answers.value ->> 2, \
+           answers.value ->> 3, 'done', answers.value ->> 4, answers.value ->> 5, \
+           answers.value ->> 6 \
+      FROM json_each($1) AS answers \
+     WHERE NOT EXISTS (SELECT 1 FROM receipts \
+                        WHERE receipts.event_id = answers.value ->> 1 \
+                          AND receipts.consumer = answers.value ->> 0)";
 
 /// PostgreSQL: the answer written over each claim's row, only while the row is still that
 /// claim's. (A claimed row cannot be missing: its insert locked it until this transaction
 /// ends. Were it, the row would be inserted as it stays.)
-const POSTGRES_COMPLETE_MANY: &str = concat!(
-    postgres_answered_rows!(),
-    "ON CONFLICT (consumer, message_id) DO UPDATE \
+const POSTGRES_COMPLETE_MANY: &str = "\
+    INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, response_status, \
+                       response_body, created_at) \
+    SELECT consumer, message_id, claim_id, request_hash, 'done', status, body, created_at \
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], \
+                  $6::bigint[], $7::text[]) \
+           AS answers (consumer, message_id, claim_id, request_hash, created_at, status, body) \
+    ON CONFLICT (consumer, message_id) DO UPDATE \
        SET status = 'done', response_status = excluded.response_status, \
            response_body = excluded.response_body \
-     WHERE inbox.claim_id = excluded.claim_id"
-);
+     WHERE inbox.claim_id = excluded.claim_id";
+
+/// SQLite: each key's row with its answer, as the batch statements' one parameter.
+fn sqlite_answered_rows(answers: &[(&Claim, &StoredResponse)]) -> String {
+    let rows: Vec<Value> = answers
+        .iter()
+        .map(|(c, r)| {
+            json!([
+                c.scope,
+                c.key,
+                c.claim_id,
+                c.request_hash,
+                r.status,
+                r.body,
+                c.now_ms
+            ])
+        })
+        .collect();
+    Value::Array(rows).to_string()
+}
 
 impl InboxTx {
-    /// Writes each key with its answer: SQLite inserts every one ([`SQLITE_INSERT_ANSWERED`],
-    /// its claims wrote nothing); PostgreSQL runs `postgres`, which says what to do with a key
-    /// that has a row, with `receipts` as its first parameters when there are any (a statement
-    /// that writes them first, [`POSTGRES_ISSUE_AND_INSERT_ANSWERED`]). How many keys' rows it
-    /// wrote.
+    /// A batch's answers set apart: the claims of the keys whose receipts this transaction
+    /// wrote (or noted) and hold them, and the answers whose keys an inbox row keeps. A held
+    /// key's answer is its receipt's, which gives it back as the key's record.
+    #[allow(clippy::type_complexity)]
+    fn held_apart<'a>(
+        &self,
+        answers: &[(&'a Claim, &'a StoredResponse)],
+    ) -> Result<(Vec<&'a Claim>, Vec<(&'a Claim, &'a StoredResponse)>), StoreError> {
+        let mut held = Vec::new();
+        let mut rows = Vec::new();
+        for &(claim, response) in answers {
+            match self
+                .held_by_receipts
+                .get(&(claim.scope.clone(), claim.key.clone()))
+            {
+                Some(receipt_id) if *response == issued_answer(receipt_id) => held.push(claim),
+                Some(receipt_id) => {
+                    return Err(StoreError(sqlx::Error::Protocol(format!(
+                        "message {}: its receipt {receipt_id} holds its key, but its answer is \
+                         not the receipt's",
+                        claim.key
+                    ))));
+                }
+                None => rows.push((claim, response)),
+            }
+        }
+        Ok((held, rows))
+    }
+
+    /// Writes each key's row with its answer ([`SQLITE_INSERT_ANSWERED`] or
+    /// [`POSTGRES_COMPLETE_MANY`]). How many rows it wrote.
     async fn write_answered(
         &mut self,
         answers: &[(&Claim, &StoredResponse)],
-        postgres: &'static str,
-        receipts: ReceiptRows,
     ) -> Result<u64, StoreError> {
         Ok(match &mut self.tx {
-            Either::Sqlite(tx) => {
-                let rows: Vec<Value> = answers
-                    .iter()
-                    .map(|(c, r)| {
-                        json!([
-                            c.scope,
-                            c.key,
-                            c.claim_id,
-                            c.request_hash,
-                            r.status,
-                            r.body,
-                            c.now_ms
-                        ])
-                    })
-                    .collect();
-                sqlx::query(SQLITE_INSERT_ANSWERED)
-                    .bind(Value::Array(rows).to_string())
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected()
-            }
+            Either::Sqlite(tx) => sqlx::query(SQLITE_INSERT_ANSWERED)
+                .bind(sqlite_answered_rows(answers))
+                .execute(&mut **tx)
+                .await?
+                .rows_affected(),
             Either::Postgres(tx) => {
                 let column = |f: fn(&Claim) -> &str| -> Vec<&str> {
                     answers.iter().map(|(claim, _)| f(claim)).collect()
                 };
-                let query = sqlx::query(postgres);
-                let query = if receipts.is_empty() {
-                    query
-                } else {
-                    receipts.bind(query)
-                };
-                query
+                sqlx::query(POSTGRES_COMPLETE_MANY)
                     .bind(column(|c| &c.scope))
                     .bind(column(|c| &c.key))
                     .bind(column(|c| &c.claim_id))
@@ -911,29 +1050,64 @@ impl InboxTx {
         Ok(row.map(key_record))
     }
 
-    /// Writes the receipt: its id, or `None` when its payment or refund has one already.
+    /// Writes the message's receipt, holding its key ([`receipt_key`]).
     ///
     /// PostgreSQL, in a batch whose keys are claimed late: the receipt is only noted, and the
-    /// late claim writes it with the keys, in one statement for the whole batch (a statement
-    /// per receipt was a round trip each). Its id is then answered before it is written: were
-    /// it refused, that statement fails, nothing of the batch commits, and the batch runs
-    /// again with its claims first, each receipt written here at once.
+    /// late claim writes it, in one statement for the whole batch (a statement per receipt was
+    /// a round trip each). Its id is then answered before it is written: were it refused, that
+    /// statement fails, nothing of the batch commits, and the batch runs again with its claims
+    /// first, each receipt written here at once.
     pub async fn issue(
         &mut self,
         receipt: &NewReceipt,
-        now_ms: i64,
-    ) -> Result<Option<String>, StoreError> {
+        claim: &Claim,
+    ) -> Result<Issued, StoreError> {
         let receipt_id = receipt_id();
+        let key = receipt_key(receipt, claim);
         if matches!(self.tx, Either::Postgres(_)) && !self.claimed_first {
-            self.unwritten.push(receipt_id.clone(), receipt, now_ms);
-            return Ok(Some(receipt_id));
+            self.unwritten
+                .push(receipt_id.clone(), receipt, key, claim.now_ms);
+            self.note_held(key, claim, &receipt_id);
+            return Ok(Issued::Receipt(receipt_id));
         }
         let inserted: Option<(String,)> = on_either!(&mut self.tx, tx => {
-            insert_receipt!(receipt_id, receipt, lines_json(receipt), now_ms)
+            insert_receipt!(&receipt_id, receipt, lines_json(receipt), claim.now_ms, key)
                 .fetch_optional(&mut **tx)
                 .await?
         });
-        Ok(inserted.map(|(id,)| id))
+        if inserted.is_some() {
+            self.note_held(key, claim, &receipt_id);
+            return Ok(Issued::Receipt(receipt_id));
+        }
+        if self.claimed_first && key.is_some() && self.receipt_holds_key(claim).await? {
+            return Ok(Issued::ClaimedMeanwhile);
+        }
+        Ok(Issued::Refused)
+    }
+
+    fn note_held(&mut self, key: Option<(&str, &str)>, claim: &Claim, receipt_id: &str) {
+        if key.is_some() {
+            self.held_by_receipts.insert(
+                (claim.scope.clone(), claim.key.clone()),
+                receipt_id.to_owned(),
+            );
+        }
+    }
+
+    /// Whether a live receipt holds the claim's key: committed after the claim found none.
+    async fn receipt_holds_key(&mut self, claim: &Claim) -> Result<bool, StoreError> {
+        let found: Option<(i64,)> = on_either!(&mut self.tx, tx => {
+            sqlx::query_as(
+                "SELECT issued_at FROM receipts \
+                  WHERE event_id = $1 AND consumer = $2 AND issued_at >= $3",
+            )
+            .bind(&claim.key)
+            .bind(&claim.scope)
+            .bind(self.expired_before_ms)
+            .fetch_optional(&mut **tx)
+            .await?
+        });
+        Ok(found.is_some())
     }
 
     /// Writes the receipts still unwritten, alone.

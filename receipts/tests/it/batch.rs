@@ -6,8 +6,9 @@
 //! message whose inbox row has expired runs afresh, and its payment's receipt still refuses a
 //! second one. The receipts and the inbox are then what the books say. A batch whose
 //! transaction fails commits nothing of itself, and each of its messages then runs alone. Two
-//! consumers racing for one message (PostgreSQL) issue one receipt. A batch of new messages
-//! writes each inbox row once, and costs three round trips whatever its size.
+//! consumers racing for one message (PostgreSQL) issue one receipt, whichever claimed it first.
+//! A batch of new messages writes its receipts alone (each holds its message's key), and
+//! costs three round trips whatever its size.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,11 +77,17 @@ async fn batch(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]) -
         .collect()
 }
 
-/// Each inbox row as "message status response_status", by message id.
-async fn inbox(db: &TestDb) -> Vec<String> {
+/// Each message's record, by message id: "message receipt" for a message whose receipt holds
+/// its key (its fingerprint on the receipt's row: no inbox row), "message status
+/// response_status" for an inbox row.
+async fn keys(db: &TestDb) -> Vec<String> {
     db.texts(
-        "SELECT message_id || ' ' || status || ' ' || CAST(response_status AS TEXT) \
-           FROM inbox ORDER BY message_id",
+        "SELECT line FROM ( \
+           SELECT message_id AS id, message_id || ' ' || status || ' ' \
+                  || CAST(response_status AS TEXT) AS line FROM inbox \
+           UNION ALL \
+           SELECT event_id, event_id || ' receipt' FROM receipts WHERE request_hash IS NOT NULL \
+         ) AS records ORDER BY id, line",
     )
     .await
 }
@@ -120,11 +127,12 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
     let third = batch(&store, &protocol, &[("evt_1", payment("pay_1", 1_500))]).await;
     assert_eq!(third, ["key reused"]);
 
-    // evt_2's row expired (older than the inbox's TTL), then evt_2 again beside a new message:
-    // the key is taken over and runs afresh, and the receipts' own index refuses pay_2 a second
-    // receipt. One row for evt_2 still, fresh, with that refusal.
+    // evt_2's key expired (its receipt, which holds it, older than the inbox's TTL), then
+    // evt_2 again beside a new message: the key is taken over and runs afresh, and the
+    // receipts' own index refuses pay_2 a second receipt. evt_2's record is now that refusal,
+    // fresh, in the inbox.
     let raw = TestDb::at(db.url.clone());
-    raw.execute("UPDATE inbox SET created_at = 0 WHERE message_id = 'evt_2'")
+    raw.execute("UPDATE receipts SET issued_at = 0 WHERE event_id = 'evt_2'")
         .await;
     let fourth = batch(
         &store,
@@ -142,7 +150,16 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
                FROM inbox WHERE message_id = 'evt_2'",
         )
         .await;
-    assert_eq!(evt_2, ["fresh"], "one row for the message, taken over");
+    assert_eq!(
+        evt_2,
+        ["fresh"],
+        "one inbox row for the message, taken over"
+    );
+    let again = outcomes(&store, &protocol, &[("evt_2", payment("pay_2", 2_000))]).await;
+    assert!(
+        matches!(&again[..], [Outcome::Replayed { response, .. }] if response.status == 409),
+        "the fresh refusal is the key's record, not the expired receipt: {again:?}"
+    );
 
     let receipts = store.receipts(None, None, 100).await.unwrap();
     let mut paid: Vec<(String, i64)> = receipts
@@ -162,16 +179,17 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
     );
     let totals = store.totals().await.unwrap();
     assert_eq!((totals.income, totals.returns, totals.net), (4, 0, 10_000));
-    // Every message the batches took is done in the inbox, with its answer.
-    let inbox = inbox(&raw).await;
+    // Every message the batches took has its record: a receipt's on the receipt, a
+    // refusal's in the inbox (and evt_2's receipt, expired, stays the receipt it is).
     assert_eq!(
-        inbox,
+        keys(&raw).await,
         [
-            "evt_1 done 201",
+            "evt_1 receipt",
             "evt_2 done 409",
-            "evt_3 done 201",
+            "evt_2 receipt",
+            "evt_3 receipt",
             "evt_3b done 409",
-            "evt_4 done 201"
+            "evt_4 receipt"
         ]
     );
 }
@@ -214,8 +232,8 @@ async fn a_new_message_whose_payment_has_its_receipt_is_refused_in_a_batch(backe
     let totals = store.totals().await.unwrap();
     assert_eq!((totals.income, totals.net), (2, 3_000));
     assert_eq!(
-        inbox(&TestDb::at(db.url.clone())).await,
-        ["evt_1 done 201", "evt_1b done 409", "evt_2 done 201"]
+        keys(&TestDb::at(db.url.clone())).await,
+        ["evt_1 receipt", "evt_1b done 409", "evt_2 receipt"]
     );
 }
 
@@ -256,10 +274,10 @@ async fn a_failed_batch_commits_nothing_and_each_message_runs_alone(backend: Bac
         (3, 0, 6_000),
         "one receipt per payment: nothing of the aborted batch stayed"
     );
-    let inbox = inbox(&TestDb::at(db.url.clone())).await;
     assert_eq!(
-        inbox,
-        ["evt_1 done 201", "evt_2 done 201", "evt_3 done 201"]
+        keys(&TestDb::at(db.url.clone())).await,
+        ["evt_1 receipt", "evt_2 receipt", "evt_3 receipt"],
+        "a message's claim is gone with its receipt written: the receipt holds the key"
     );
 
     // The same messages again, in one batch: every one a replay, nothing written.
@@ -290,9 +308,47 @@ impl Hooks for HoldFirstCommit {
     }
 }
 
+/// PostgreSQL: runs `first` in a batch held at its commit, then `second` in another batch of
+/// another consumer; once one of the second's statements that `waiting` tells (a `LIKE`
+/// pattern of its text) waits for a lock, lets the first commit. Both batches' outcomes.
+async fn second_waits_for_first(
+    db: &TestDb,
+    store: &Store,
+    first: Vec<(&'static str, Value)>,
+    second: Vec<(&'static str, Value)>,
+    waiting: &'static str,
+) -> (Vec<String>, Vec<String>) {
+    let first_hooks = Arc::new(HoldFirstCommit::default());
+    let first_run = {
+        let protocol = Protocol::new(INBOX_TTL).with_hooks(first_hooks.clone());
+        let store = store.clone();
+        tokio::spawn(async move { batch(&store, &protocol, &first).await })
+    };
+    first_hooks.arrived.notified().await;
+    let second_run = {
+        let store = store.clone();
+        tokio::spawn(async move { batch(&store, &Protocol::new(INBOX_TTL), &second).await })
+    };
+    checkout_testkit::wait_until(
+        "the second batch never waited for the first",
+        std::time::Duration::from_secs(10),
+        || async {
+            let waiters = format!(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                  WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                    AND query LIKE '{waiting}'"
+            );
+            db.scalar(&waiters).await == 1
+        },
+    )
+    .await;
+    first_hooks.release.notify_one();
+    (first_run.await.unwrap(), second_run.await.unwrap())
+}
+
 /// PostgreSQL: two consumers' batches share a message (a redelivery racing its first copy).
 /// The second's receipt for it waits on the first's uncommitted one (the receipts' unique
-/// index; its id is claimed in the same statement, after its receipts); the first commits,
+/// index on the event, which is the message id the receipt holds); the first commits,
 /// the second's statement is refused (the event has its receipt), and its batch runs again
 /// with its claims first: it replays the first's answer while its other message runs. One
 /// receipt per payment.
@@ -300,83 +356,113 @@ impl Hooks for HoldFirstCommit {
 async fn two_consumers_racing_for_a_message_issue_one_receipt() {
     let db = TestDb::new(Backend::Postgres).await;
     let store = Store::open(&db.url).await.expect("the store opens");
-    let first_hooks = Arc::new(HoldFirstCommit::default());
-    let first = Protocol::new(INBOX_TTL).with_hooks(first_hooks.clone());
-    let second = Protocol::new(INBOX_TTL);
-
     let shared = ("evt_shared", payment("pay_shared", 1_000));
-    let first_run = {
-        let (store, shared) = (store.clone(), shared.clone());
-        tokio::spawn(async move {
-            let messages = [(shared.0, shared.1)];
-            batch(&store, &first, &messages).await
-        })
-    };
-    first_hooks.arrived.notified().await;
-    let second_run = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let messages = [shared, ("evt_second", payment("pay_second", 2_000))];
-            batch(&store, &second, &messages).await
-        })
-    };
-    // The second batch waits on the first's uncommitted receipt.
-    checkout_testkit::wait_until(
-        "the second batch never waited for the first",
-        std::time::Duration::from_secs(10),
-        || async {
-            db.scalar(
-                "SELECT COUNT(*) FROM pg_stat_activity \
-                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .await
-                == 1
-        },
+    // The second batch's one statement waits on the first's uncommitted receipt.
+    let (first, second) = second_waits_for_first(
+        &db,
+        &store,
+        vec![shared.clone()],
+        vec![shared, ("evt_second", payment("pay_second", 2_000))],
+        "%",
     )
     .await;
-    first_hooks.release.notify_one();
-
-    assert_eq!(first_run.await.unwrap(), ["executed 201"]);
+    assert_eq!(first, ["executed 201"]);
     // Had the second claimed the message as new, its receipt would be refused (409) as the
     // payment's second: it replays the first consumer's answer instead.
     assert_eq!(
-        second_run.await.unwrap(),
+        second,
         ["replayed 201", "executed 201"],
         "the shared message replays the first consumer's answer"
     );
     let totals = store.totals().await.unwrap();
     assert_eq!((totals.income, totals.net), (2, 3_000));
     assert_eq!(
-        inbox(&db).await,
-        ["evt_second done 201", "evt_shared done 201"]
+        keys(&db).await,
+        ["evt_second receipt", "evt_shared receipt"]
     );
 }
 
-/// PostgreSQL: a batch of new messages writes each message id once — its inbox row, inserted
-/// with its outcome after the receipts (the protocol's late claim), in one statement — rather
-/// than a claim and then its update (two row versions each, and a statement more per batch).
+/// PostgreSQL: a batch of new messages writes its receipts and nothing else — each receipt
+/// holds its message's key (the message id is its event, beside the message's fingerprint), so
+/// the inbox keeps no row of its own for it (a row per message was what the inbox cost). A
+/// redelivery still finds the key, and replays the first answer byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_batch_of_new_messages_writes_each_inbox_row_once() {
+async fn a_batch_of_new_messages_writes_only_its_receipts() {
     let db = TestDb::new(Backend::Postgres).await;
     let store = Store::open(&db.url).await.expect("the store opens");
     let protocol = Protocol::new(INBOX_TTL);
     let messages = three_payments();
-    let outcomes = batch(&store, &protocol, &messages).await;
-    assert_eq!(outcomes, ["executed 201", "executed 201", "executed 201"]);
+    let first = outcomes(&store, &protocol, &messages).await;
+    let first: Vec<(u16, String)> = first
+        .into_iter()
+        .map(|outcome| match outcome {
+            Outcome::Executed { response, .. } => (response.status, response.body),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(first.iter().all(|(status, _)| *status == 201), "{first:?}");
 
-    // Every version of an inbox row the batch left in the table's page, live or dead (a page
-    // this empty is never pruned).
-    db.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
-        .await;
-    let versions = db
-        .scalar("SELECT COUNT(*) FROM heap_page_items(get_raw_page('inbox', 0))")
-        .await;
-    assert_eq!(versions, 3, "one row version per message id");
+    // Not a page of the inbox was written.
+    assert_eq!(db.scalar("SELECT pg_relation_size('inbox')").await, 0);
     assert_eq!(
-        inbox(&db).await,
-        ["evt_1 done 201", "evt_2 done 201", "evt_3 done 201"]
+        keys(&db).await,
+        ["evt_1 receipt", "evt_2 receipt", "evt_3 receipt"]
     );
     assert_eq!(store.totals().await.unwrap().net, 6_000);
+
+    let again: Vec<(u16, String)> = outcomes(&store, &protocol, &messages)
+        .await
+        .into_iter()
+        .map(|outcome| match outcome {
+            Outcome::Replayed { response, .. } => (response.status, response.body),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(again, first, "each redelivery replays its first answer");
+    assert_eq!(store.totals().await.unwrap().income, 3);
+}
+
+/// PostgreSQL: a consumer claims a message while another consumer's receipt for it is written
+/// and not yet committed (the second's batch fell back to claiming first, for another message
+/// it had seen before): its claim finds nothing committed, its receipt waits on the first's,
+/// and once that commits it is refused. The message is not a second event of a paid payment
+/// (a 409, dead-lettered): its key was taken meanwhile, so the second runs it again and
+/// replays the first's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_overtaken_by_another_consumers_receipt_replays_it() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = Store::open(&db.url).await.expect("the store opens");
+    let plain = Protocol::new(INBOX_TTL);
+    // Seen before: the second batch's late claim is refused at once by its receipt.
+    let seen = ("evt_a_seen", payment("pay_seen", 500));
+    assert_eq!(
+        batch(&store, &plain, std::slice::from_ref(&seen)).await,
+        ["executed 201"]
+    );
+
+    // The second batch claims the shared message first (its inbox row, uncommitted), and its
+    // receipt waits on the first's.
+    let shared = ("evt_shared", payment("pay_shared", 1_000));
+    let (first, second) = second_waits_for_first(
+        &db,
+        &store,
+        vec![shared.clone()],
+        vec![seen, shared],
+        "INSERT INTO receipts%",
+    )
+    .await;
+    assert_eq!(first, ["executed 201"]);
+    assert_eq!(
+        second,
+        ["replayed 201", "replayed 201"],
+        "the shared message replays the first consumer's answer"
+    );
+    let totals = store.totals().await.unwrap();
+    assert_eq!((totals.income, totals.net), (2, 1_500));
+    assert_eq!(
+        keys(&db).await,
+        ["evt_a_seen receipt", "evt_shared receipt"]
+    );
 }
 
 /// PostgreSQL: a batch of new messages costs three round trips whatever its size — BEGIN, one
