@@ -263,14 +263,7 @@ async fn main() {
         std::fs::write(&args.receipts_out, receipts::markdown(&throughput, &lags)).unwrap();
         eprintln!("wrote {}", args.receipts_out);
         // BENCHMARKS.md keeps its other sections as the last full run wrote them.
-        let kept = std::fs::read_to_string(&args.out).unwrap_or_default();
-        let mut md = match kept.find(report::RECEIPTS_HEADING) {
-            Some(at) => kept[..at].trim_end().to_owned() + "\n",
-            None => kept,
-        };
-        report::receipts_section(&mut md);
-        report::dashboard_section(&mut md);
-        std::fs::write(&args.out, md).unwrap();
+        checkout_bench::kept::rewrite(&args.out);
         eprintln!("wrote {}", args.out);
         return;
     }
@@ -325,13 +318,7 @@ async fn main() {
         std::fs::write(&args.dashboard_out, dashboard::markdown(&runs)).unwrap();
         eprintln!("wrote {}", args.dashboard_out);
         // BENCHMARKS.md keeps its other sections as the last full run wrote them.
-        let kept = std::fs::read_to_string(&args.out).unwrap_or_default();
-        let mut md = match kept.find(report::DASHBOARD_HEADING) {
-            Some(at) => kept[..at].trim_end().to_owned() + "\n",
-            None => kept,
-        };
-        report::dashboard_section(&mut md);
-        std::fs::write(&args.out, md).unwrap();
+        checkout_bench::kept::rewrite(&args.out);
         eprintln!("wrote {}", args.out);
         return;
     }

@@ -283,8 +283,7 @@ pub fn write(
         svg.trim_start_matches("./")
     )
     .unwrap();
-    receipts_section(&mut md);
-    dashboard_section(&mut md);
+    checkout_bench::kept::append(&mut md);
     std::fs::write(out, md).unwrap();
     chart(svg, levels, series);
 }
@@ -404,28 +403,5 @@ fn draw<DB: DrawingBackend>(
                 .draw()
                 .unwrap();
         }
-    }
-}
-
-/// The heading under which `bench/receipts.md` (`checkout-bench --receipts N`, a run of its
-/// own) is kept in BENCHMARKS.md.
-pub const RECEIPTS_HEADING: &str =
-    "## Fiscal receipts: what the consumer's inbox costs, and the lag";
-
-pub const DASHBOARD_HEADING: &str = "## The shop's dashboard at 100 000 payments";
-
-/// Appends the last `--dashboard` run's tables, when there is one.
-pub fn dashboard_section(md: &mut String) {
-    if let Ok(table) = std::fs::read_to_string("bench/dashboard.md") {
-        writeln!(md, "\n{DASHBOARD_HEADING}\n").unwrap();
-        md.push_str(&table);
-    }
-}
-
-/// Appends the last `--receipts` run's tables, when there is one.
-pub fn receipts_section(md: &mut String) {
-    if let Ok(table) = std::fs::read_to_string("bench/receipts.md") {
-        writeln!(md, "\n{RECEIPTS_HEADING}\n").unwrap();
-        md.push_str(&table);
     }
 }
