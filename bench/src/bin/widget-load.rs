@@ -12,7 +12,8 @@
 //! `checkout:pay-enabled` performance mark (in the frame; for the baseline, made by the page the
 //! moment its button is enabled). Writes a Markdown report (`--out`), with the moments before
 //! it (the frame made, its document in, the widget's code in) from Resource and Navigation
-//! Timing, on the same clock.
+//! Timing, and the frame's first script (its `checkout:first-script` mark: the floor of any
+//! frame), on the same clock.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -51,6 +52,9 @@ struct Load {
     /// the last.
     frame_made_ms: Option<f64>,
     document_in_ms: Option<f64>,
+    /// The frame's first script ran (its `checkout:first-script` mark, before anything the
+    /// frame loads): the earliest any code of a frame can do anything.
+    first_script_ms: Option<f64>,
     code_in_ms: f64,
     /// What the shop's page itself fetched from the checkout (the loader; the baseline has none).
     shop_page: u64,
@@ -96,6 +100,7 @@ new MutationObserver((_, observer) => {
 /// startTime, responseEnd]`.
 const RESOURCES: &str = "return { origin: performance.timeOrigin, \
     mark: (performance.getEntriesByName('checkout:pay-enabled')[0] || {}).startTime, \
+    first_script: (performance.getEntriesByName('checkout:first-script')[0] || {}).startTime, \
     document: performance.getEntriesByType('navigation')[0].transferSize, \
     document_end: performance.getEntriesByType('navigation')[0].responseEnd, \
     resources: performance.getEntriesByType('resource').map((r) => \
@@ -247,6 +252,7 @@ async fn load_framed(client: &Client, url: &str) -> Load {
         ready_ms: offset + inside["mark"].as_f64().unwrap(),
         document: inside["document"].as_u64().unwrap_or(0),
         document_in_ms: inside["document_end"].as_f64().map(|t| offset + t),
+        first_script_ms: inside["first_script"].as_f64().map(|t| offset + t),
         ..Load::default()
     };
     for resource in page["resources"].as_array().unwrap() {
@@ -368,6 +374,13 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
             t.iter().copied().fold(0.0, f64::max),
         )
     };
+    // The frame's first script in each round (NaN where a build has no such mark).
+    let floor = |rounds: &[Round], load: fn(&Round) -> &Load| {
+        rounds
+            .iter()
+            .map(|r| load(r).first_script_ms.unwrap_or(f64::NAN))
+            .collect::<Vec<_>>()
+    };
     // Each round's ratio to the baseline's round beside it; their median.
     let ratio =
         |of: Vec<f64>, to: Vec<f64>| median(of.iter().zip(&to).map(|(a, b)| a / b).collect());
@@ -393,6 +406,10 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
          ## Where the time goes (medians, ms from the shop's page's start)\n\n\
          | | frame, cold | in the page, cold | frame, warm | in the page, warm |\n\
          |---|---|---|---|---|\n{}\n\
+         No frame of another site can do better than its first script (a mark in its `<head>`, \
+         before anything it loads): **{:.2}×** cold and **{:.2}×** warm the moment the widget in \
+         the page enables «Оплатить» (the median of the rounds' ratios; medians {} and {} ms \
+         against {} and {}).\n\n\
          ## Transferred, cold (bytes on the wire, Resource Timing `transferSize`, headers included)\n\n\
          | | in its frame | in the shop's page |\n|---|---|---|\n",
         framed.len(),
@@ -407,6 +424,12 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
         ratio(cold(same_site), cold(in_page)),
         ratio(warm(same_site), warm(in_page)),
         steps(framed, in_page),
+        ratio(floor(framed, |r| &r.cold), cold(in_page)),
+        ratio(floor(framed, |r| &r.warm), warm(in_page)),
+        median_of(framed, |r| r.cold.first_script_ms),
+        median_of(framed, |r| r.warm.first_script_ms),
+        median_of(in_page, |r| Some(r.cold.ready_ms)),
+        median_of(in_page, |r| Some(r.warm.ready_ms)),
     );
     let bytes = |rounds: &[Round], part: fn(&Load) -> u64| {
         median(rounds.iter().map(|r| part(&r.cold) as f64).collect()) as u64
@@ -436,23 +459,32 @@ fn report(framed: &[Round], same_site: &[Round], in_page: &[Round]) -> String {
     out
 }
 
+/// The median of a moment of the rounds that have it, in whole ms ("—" if none has).
+fn median_of(rounds: &[Round], moment: impl Fn(&Round) -> Option<f64>) -> String {
+    let times: Vec<f64> = rounds.iter().filter_map(moment).collect();
+    if times.is_empty() {
+        "—".to_owned()
+    } else {
+        format!("{:.0}", median(times))
+    }
+}
+
 /// The moments of a load, as medians: when the frame was made, when its document and the
 /// widget's code were in, when «Оплатить» was enabled; the frame's against the baseline's.
 fn steps(framed: &[Round], in_page: &[Round]) -> String {
     type Step = fn(&Load) -> Option<f64>;
     let at = |rounds: &[Round], load: fn(&Round) -> &Load, step: Step| {
-        let times: Vec<f64> = rounds.iter().filter_map(|r| step(load(r))).collect();
-        if times.is_empty() {
-            "—".to_owned()
-        } else {
-            format!("{:.0}", median(times))
-        }
+        median_of(rounds, |r| step(load(r)))
     };
     let cold: fn(&Round) -> &Load = |r| &r.cold;
     let warm: fn(&Round) -> &Load = |r| &r.warm;
-    let rows: [(&str, Step); 4] = [
+    let rows: [(&str, Step); 5] = [
         ("the loader has made the frame", |l| l.frame_made_ms),
         ("the frame's document is in", |l| l.document_in_ms),
+        (
+            "the frame's first script runs (the earliest any of its code can)",
+            |l| l.first_script_ms,
+        ),
         ("the widget's code is in (WebAssembly, JavaScript)", |l| {
             Some(l.code_in_ms)
         }),
