@@ -452,17 +452,16 @@ pub struct Inbox {
 /// One batch's transaction: the claims, the receipts, the stored outcomes.
 pub struct InboxTx {
     tx: WriteTx,
-    /// Whether a claim came before the receipts (a message alone, or a batch taking the
+    /// Set when a claim came before the receipts (a message alone, or a batch taking the
     /// protocol's steps): then each receipt is written at once, and its answer says whether
-    /// it was (see [`InboxTx::issue`]).
-    claimed_first: bool,
-    /// The claims' bound: a record older than this no longer holds its key.
-    expired_before_ms: i64,
+    /// it was (see [`InboxTx::issue`]). Its value is the claims' bound: a record older than
+    /// this no longer holds its key.
+    claimed_first: Option<i64>,
     /// PostgreSQL: receipts issued before their messages' late claim, written by it.
     unwritten: ReceiptRows,
-    /// The keys (queue, message id) whose receipt this transaction wrote (or noted), holding
-    /// them: each one's receipt id.
-    held_by_receipts: HashMap<(String, String), String>,
+    /// The claims (by claim id) whose keys the receipts this transaction wrote (or noted) hold:
+    /// each one's receipt id.
+    held_by_receipts: HashMap<String, String>,
 }
 
 /// What became of a receipt ([`InboxTx::issue`]).
@@ -592,8 +591,7 @@ impl KeyStore for Inbox {
     {
         let mut tx = InboxTx {
             tx: begin(&self.pool).await?,
-            claimed_first: false,
-            expired_before_ms: 0,
+            claimed_first: None,
             unwritten: ReceiptRows::default(),
             held_by_receipts: HashMap::new(),
         };
@@ -624,8 +622,7 @@ impl KeyTx for InboxTx {
         claim: &Claim,
         expired_before_ms: i64,
     ) -> Result<Claimed, StoreError> {
-        self.claimed_first = true;
-        self.expired_before_ms = expired_before_ms;
+        self.claimed_first = Some(expired_before_ms);
         let claimed: Option<(String,)> = on_either!(&mut self.tx, tx => {
             sqlx::query_as(
                 "INSERT INTO inbox (consumer, message_id, claim_id, request_hash, status, \
@@ -669,8 +666,7 @@ impl KeyTx for InboxTx {
         claims: &[Claim],
         expired_before_ms: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        self.claimed_first = true;
-        self.expired_before_ms = expired_before_ms;
+        self.claimed_first = Some(expired_before_ms);
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -753,30 +749,22 @@ impl KeyTx for InboxTx {
             // Every answer of a late-claimed batch on PostgreSQL is a receipt noted (see
             // `issue`): any other takes the claims first.
             Either::Postgres(_) if !rows.is_empty() => Ok(false),
-            Either::Postgres(tx) => {
-                let receipts = std::mem::take(&mut self.unwritten);
-                if receipts.is_empty() {
-                    Ok(true)
-                } else {
-                    receipts
-                        .bind(sqlx::query(POSTGRES_INSERT_RECEIPTS))
-                        .execute(&mut **tx)
-                        .await
-                        .map(|_| true)
-                }
-            }
+            Either::Postgres(_) => self.write_unwritten().await.map(|()| true),
             Either::Sqlite(_) if rows.is_empty() => Ok(true),
             Either::Sqlite(tx) => sqlx::query(SQLITE_INSERT_ANSWERED_UNLESS_HELD)
                 .bind(sqlite_answered_rows(&rows))
                 .execute(&mut **tx)
                 .await
-                .map(|done| done.rows_affected() == rows.len() as u64),
+                .map(|done| done.rows_affected() == rows.len() as u64)
+                .map_err(StoreError),
         };
         match all_written {
             Ok(true) => Ok(LateClaim::Written),
             Ok(false) => Ok(LateClaim::KeyHeld),
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(LateClaim::KeyHeld),
-            Err(error) => Err(StoreError(error)),
+            Err(StoreError(sqlx::Error::Database(e))) if e.is_unique_violation() => {
+                Ok(LateClaim::KeyHeld)
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -979,10 +967,7 @@ impl InboxTx {
         let mut held = Vec::new();
         let mut rows = Vec::new();
         for &(claim, response) in answers {
-            match self
-                .held_by_receipts
-                .get(&(claim.scope.clone(), claim.key.clone()))
-            {
+            match self.held_by_receipts.get(&claim.claim_id) {
                 Some(receipt_id) if *response == issued_answer(receipt_id) => held.push(claim),
                 Some(receipt_id) => {
                     return Err(StoreError(sqlx::Error::Protocol(format!(
@@ -1064,7 +1049,7 @@ impl InboxTx {
     ) -> Result<Issued, StoreError> {
         let receipt_id = receipt_id();
         let key = receipt_key(receipt, claim);
-        if matches!(self.tx, Either::Postgres(_)) && !self.claimed_first {
+        if matches!(self.tx, Either::Postgres(_)) && self.claimed_first.is_none() {
             self.unwritten
                 .push(receipt_id.clone(), receipt, key, claim.now_ms);
             self.note_held(key, claim, &receipt_id);
@@ -1079,7 +1064,10 @@ impl InboxTx {
             self.note_held(key, claim, &receipt_id);
             return Ok(Issued::Receipt(receipt_id));
         }
-        if self.claimed_first && key.is_some() && self.receipt_holds_key(claim).await? {
+        if let Some(expired_before_ms) = self.claimed_first
+            && key.is_some()
+            && self.receipt_holds_key(claim, expired_before_ms).await?
+        {
             return Ok(Issued::ClaimedMeanwhile);
         }
         Ok(Issued::Refused)
@@ -1087,15 +1075,17 @@ impl InboxTx {
 
     fn note_held(&mut self, key: Option<(&str, &str)>, claim: &Claim, receipt_id: &str) {
         if key.is_some() {
-            self.held_by_receipts.insert(
-                (claim.scope.clone(), claim.key.clone()),
-                receipt_id.to_owned(),
-            );
+            self.held_by_receipts
+                .insert(claim.claim_id.clone(), receipt_id.to_owned());
         }
     }
 
     /// Whether a live receipt holds the claim's key: committed after the claim found none.
-    async fn receipt_holds_key(&mut self, claim: &Claim) -> Result<bool, StoreError> {
+    async fn receipt_holds_key(
+        &mut self,
+        claim: &Claim,
+        expired_before_ms: i64,
+    ) -> Result<bool, StoreError> {
         let found: Option<(i64,)> = on_either!(&mut self.tx, tx => {
             sqlx::query_as(
                 "SELECT issued_at FROM receipts \
@@ -1103,14 +1093,15 @@ impl InboxTx {
             )
             .bind(&claim.key)
             .bind(&claim.scope)
-            .bind(self.expired_before_ms)
+            .bind(expired_before_ms)
             .fetch_optional(&mut **tx)
             .await?
         });
         Ok(found.is_some())
     }
 
-    /// Writes the receipts still unwritten, alone.
+    /// Writes the receipts still unwritten (PostgreSQL), in one statement: the late claim's, or
+    /// any left at a commit.
     async fn write_unwritten(&mut self) -> Result<(), StoreError> {
         if let Either::Postgres(tx) = &mut self.tx
             && !self.unwritten.is_empty()

@@ -3,7 +3,7 @@
 //! receipts; a copy inside the same batch and a message seen in an earlier batch change
 //! nothing and get the first answer; a second event of a payment that has its receipt is
 //! refused with that receipt's id; a message id reused with another body is told apart; a
-//! message whose inbox row has expired runs afresh, and its payment's receipt still refuses a
+//! message whose key has expired runs afresh, and its payment's receipt still refuses a
 //! second one. The receipts and the inbox are then what the books say. A batch whose
 //! transaction fails commits nothing of itself, and each of its messages then runs alone. Two
 //! consumers racing for one message (PostgreSQL) issue one receipt, whichever claimed it first.
@@ -60,6 +60,25 @@ async fn outcomes(store: &Store, protocol: &Protocol, messages: &[(&str, Value)]
     .into_iter()
     .map(|outcome| outcome.expect("the batch's store works"))
     .collect()
+}
+
+/// Runs one batch of (message id, event); each message's answer as (status, body), every
+/// outcome `Executed` (or, if `replayed`, `Replayed`).
+async fn answers(
+    store: &Store,
+    protocol: &Protocol,
+    messages: &[(&str, Value)],
+    replayed: bool,
+) -> Vec<(u16, String)> {
+    outcomes(store, protocol, messages)
+        .await
+        .into_iter()
+        .map(|outcome| match (outcome, replayed) {
+            (Outcome::Executed { response, .. }, false)
+            | (Outcome::Replayed { response, .. }, true) => (response.status, response.body),
+            (other, _) => panic!("{other:?}"),
+        })
+        .collect()
 }
 
 /// Runs one batch of (message id, event); each message's outcome as "executed 201", "replayed
@@ -195,7 +214,7 @@ async fn a_batch_absorbs_copies_and_redeliveries(backend: Backend) {
 }
 
 /// Every message of the second batch is new, but one is a second event of a payment that has
-/// its receipt: on PostgreSQL the batch's one statement (its receipts and its keys) is refused
+/// its receipt: on PostgreSQL the batch's one statement (its receipts, holding its keys) is refused
 /// by the receipts' own index, and the batch runs again with its claims first. The refusal is
 /// answered with the receipt issued, the other message gets its own, and nothing is written
 /// twice.
@@ -213,14 +232,7 @@ async fn a_new_message_whose_payment_has_its_receipt_is_refused_in_a_batch(backe
         ("evt_1b", payment("pay_1", 1_000)),
         ("evt_2", payment("pay_2", 2_000)),
     ];
-    let answers: Vec<(u16, String)> = outcomes(&store, &protocol, &second)
-        .await
-        .into_iter()
-        .map(|outcome| match outcome {
-            Outcome::Executed { response, .. } => (response.status, response.body),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let answers = answers(&store, &protocol, &second, false).await;
     assert_eq!(answers[0].0, 409);
     assert!(
         answers[0].1.contains(&issued),
@@ -392,14 +404,7 @@ async fn a_batch_of_new_messages_writes_only_its_receipts() {
     let store = Store::open(&db.url).await.expect("the store opens");
     let protocol = Protocol::new(INBOX_TTL);
     let messages = three_payments();
-    let first = outcomes(&store, &protocol, &messages).await;
-    let first: Vec<(u16, String)> = first
-        .into_iter()
-        .map(|outcome| match outcome {
-            Outcome::Executed { response, .. } => (response.status, response.body),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let first = answers(&store, &protocol, &messages, false).await;
     assert!(first.iter().all(|(status, _)| *status == 201), "{first:?}");
 
     // Not a page of the inbox was written.
@@ -410,14 +415,7 @@ async fn a_batch_of_new_messages_writes_only_its_receipts() {
     );
     assert_eq!(store.totals().await.unwrap().net, 6_000);
 
-    let again: Vec<(u16, String)> = outcomes(&store, &protocol, &messages)
-        .await
-        .into_iter()
-        .map(|outcome| match outcome {
-            Outcome::Replayed { response, .. } => (response.status, response.body),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let again = answers(&store, &protocol, &messages, true).await;
     assert_eq!(again, first, "each redelivery replays its first answer");
     assert_eq!(store.totals().await.unwrap().income, 3);
 }
