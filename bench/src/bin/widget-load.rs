@@ -469,8 +469,9 @@ fn median_of(rounds: &[Round], moment: impl Fn(&Round) -> Option<f64>) -> String
     }
 }
 
-/// The moments of a load, as medians: when the frame was made, when its document and the
-/// widget's code were in, when «Оплатить» was enabled; the frame's against the baseline's.
+/// The moments of a load, as medians: when the frame was made, when its document was in and
+/// its first script ran, when the widget's code was in, when «Оплатить» was enabled; the
+/// frame's against the baseline's.
 fn steps(framed: &[Round], in_page: &[Round]) -> String {
     type Step = fn(&Load) -> Option<f64>;
     let at = |rounds: &[Round], load: fn(&Round) -> &Load, step: Step| {
